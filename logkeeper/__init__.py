@@ -1,0 +1,1 @@
+"""The `logkeeper` console script: dispatches to the packages, importing each inside its subcommand."""

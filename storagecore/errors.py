@@ -1,0 +1,76 @@
+"""The exceptions storagecore raises, one tree.
+
+Operating errors (bad input, corrupt files, a failing disk) are subclasses of
+:class:`StorageError` or :class:`ConfigError` and carry a message that names the thing: the
+topic-partition, the file, the byte position, the offset, the config key. Programmer errors (a
+broken invariant) are ``AssertionError`` and are never caught::
+
+    * StorageError
+      x CorruptRecordError          bad CRC, length, magic, count; recovery truncates, append rejects
+        x UnsupportedCompressionError  codec id outside 0..4
+      x InvalidRecordError          well-formed but not acceptable (null key on a compacted topic,
+                                    timestamp out of range, control batch from a client, ...)
+        x RecordTooLargeError       batch above max.message.bytes or segment.bytes
+      x CorruptIndexError           index file fails its sanity check; rebuilt from the log
+      x CorruptCheckpointError      checkpoint file unreadable; treated as empty by the loader
+      x OffsetOutOfRangeError       read or delete-records outside [log start, log end]
+      x SegmentOffsetOverflowError  relative offset does not fit in int32
+      x LogDirLockedError           another process holds the log dir's .lock
+      x LogDirOfflineError          an OSError took the log dir offline; sticky until restart
+      x UnknownTopicOrPartitionError
+    * ConfigError (ValueError)      bad topic config key or value, bad topic name
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base of every operating error raised by storagecore."""
+
+
+class CorruptRecordError(StorageError):
+    """Bytes that are not a valid record batch (CRC, sizes, magic, record framing)."""
+
+
+class UnsupportedCompressionError(CorruptRecordError):
+    """A batch names a compression codec id that Kafka does not define."""
+
+
+class InvalidRecordError(StorageError):
+    """A well-formed batch that the log must not accept."""
+
+
+class RecordTooLargeError(InvalidRecordError):
+    """A batch larger than ``max.message.bytes`` or an append larger than ``segment.bytes``."""
+
+
+class CorruptIndexError(StorageError):
+    """An index file that fails its sanity check."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint file that cannot be parsed."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """An offset outside the log's ``[log start offset, log end offset]``."""
+
+
+class SegmentOffsetOverflowError(StorageError):
+    """An offset whose distance from the segment base does not fit in an int32."""
+
+
+class LogDirLockedError(StorageError):
+    """The log directory is locked by another process."""
+
+
+class LogDirOfflineError(StorageError):
+    """The log directory failed with an I/O error and is offline until restart."""
+
+
+class UnknownTopicOrPartitionError(StorageError):
+    """No log exists for the topic-partition."""
+
+
+class ConfigError(ValueError):
+    """A bad topic configuration key or value, or a bad topic name."""

@@ -1,0 +1,178 @@
+"""What the offset and time indexes share: a preallocated, memory-mapped file of fixed-size entries.
+
+Kafka's ``AbstractIndex``. A new or active index file is preallocated to ``max_index_size_bytes``
+rounded down to a whole number of entries; ``entries`` counts the valid ones. On roll and close the
+file is trimmed to ``entries * entry_size``. When an existing file is opened, every whole entry in
+it is taken as valid (Kafka does the same), which is why the loader rebuilds the indexes of any
+segment that recovery touches and sanity-checks the others.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from storagecore import durability
+from storagecore.errors import CorruptIndexError
+
+
+class AbstractIndex:
+    """Entries of ``entry.size`` bytes, sorted by offset (and for the time index by timestamp)."""
+
+    entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_index_size_bytes: int, writable: bool = True) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._max_index_size_bytes = max_index_size_bytes
+        new_file = not path.exists()
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        length = os.fstat(self._fd).st_size
+        # Invariant: entries * entry.size <= file length; the entries are the valid prefix.
+        self.entries = length // self.entry.size
+        self._mmap: mmap.mmap | None = None
+        if new_file or writable:
+            self._set_length(self._rounded(max_index_size_bytes) if writable else length)
+        else:
+            self._map(length)
+
+    # -- sizing --------------------------------------------------------------------------------
+    def _rounded(self, size: int) -> int:
+        return max(size - size % self.entry.size, 0)
+
+    @property
+    def max_entries(self) -> int:
+        return self._length // self.entry.size
+
+    @property
+    def length_bytes(self) -> int:
+        return self._length
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of valid entries."""
+        return self.entries * self.entry.size
+
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def _map(self, length: int) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        self._length = length
+        if length > 0:
+            self._mmap = mmap.mmap(self._fd, length)
+
+    def _set_length(self, length: int) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        os.ftruncate(self._fd, length)
+        self.entries = min(self.entries, length // self.entry.size)
+        self._map(length)
+
+    def resize(self, new_size_bytes: int) -> bool:
+        """Grow or shrink the file (whole entries); return whether the length changed."""
+        rounded = max(self._rounded(new_size_bytes), self.size_bytes)
+        if rounded == self._length:
+            return False
+        self._set_length(rounded)
+        return True
+
+    def trim_to_valid_size(self) -> None:
+        self.resize(self.size_bytes)
+
+    def reset(self) -> None:
+        """Drop every entry and preallocate again (recovery rebuilds from the log)."""
+        self.entries = 0
+        self._set_length(0)
+        self._set_length(self._rounded(self._max_index_size_bytes))
+
+    # -- entries -------------------------------------------------------------------------------
+    def _entry(self, n: int) -> tuple[int, ...]:
+        assert self._mmap is not None and 0 <= n < self.entries
+        return self.entry.unpack_from(self._mmap, n * self.entry.size)
+
+    def _write_entry(self, values: tuple[int, ...]) -> None:
+        if self.is_full():
+            raise AssertionError(f"{self.path}: append to a full index ({self.entries} entries)")
+        assert self._mmap is not None
+        self.entry.pack_into(self._mmap, self.entries * self.entry.size, *values)
+        self.entries += 1
+
+    def _largest_lower_bound_slot(self, target: int, key_field: int, relative: bool) -> int:
+        """Slot of the largest entry whose key is <= target, or -1 (binary search)."""
+        if self.entries == 0:
+            return -1
+        key = target - self.base_offset if relative else target
+        lo, hi = 0, self.entries - 1
+        if self._entry(0)[key_field] > key:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._entry(mid)[key_field] <= key:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _smallest_upper_bound_slot(self, target: int, key_field: int, relative: bool) -> int:
+        """Slot of the smallest entry whose key is >= target, or -1."""
+        if self.entries == 0:
+            return -1
+        key = target - self.base_offset if relative else target
+        lo, hi = 0, self.entries - 1
+        if self._entry(hi)[key_field] < key:
+            return -1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry(mid)[key_field] >= key:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        self.entries = entries
+
+    def flush(self) -> None:
+        if self._mmap is not None:
+            durability.flush_mmap(self._mmap)
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.trim_to_valid_size()
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        os.close(self._fd)
+        self._fd = -1
+
+    def close_without_trim(self) -> None:
+        """Close handles only (the loader's throw-away opens, and crash simulations in tests)."""
+        if self._fd < 0:
+            return
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        os.close(self._fd)
+        self._fd = -1
+
+    def rename_to(self, target: Path) -> None:
+        durability.rename(self.path, target)
+        self.path = target
+
+    def delete(self) -> None:
+        self.close_without_trim()
+        self.path.unlink(missing_ok=True)
+
+    def _check_length(self) -> None:
+        length = os.fstat(self._fd).st_size
+        if length % self.entry.size:
+            raise CorruptIndexError(
+                f"{self.path}: length {length} is not a multiple of the {self.entry.size}-byte entry"
+            )

@@ -1,0 +1,237 @@
+"""Load one partition directory, finishing or undoing interrupted operations (Kafka's LogLoader).
+
+The passes, in order; each mirrors a step of a multi-step protocol elsewhere:
+
+1. **Temporary files.** Delete ``*.deleted`` (segment deletion, step 4 of
+   :meth:`Log.delete_segments`, and the old segments of a finished swap). Delete every
+   ``*.cleaned`` (a clean or split that never reached its swap step). A ``*.swap`` whose base
+   offset is >= the smallest ``.cleaned`` offset belongs to a swap that had not finished
+   renaming ``.cleaned`` → ``.swap`` (renames go in descending offset order): delete it too.
+2. **Interrupted swaps.** The remaining ``.swap`` files are complete replacements: delete the
+   non-swap segment files whose offsets fall in the swapped range, then strip ``.swap``.
+3. **Segments.** Delete index files without a ``.log`` (orphans). Open every segment. A missing
+   ``.index`` or an index that fails its sanity check is rebuilt from the log (with a warning);
+   a missing ``.timeindex`` is created empty, as Kafka does.
+4. **Recovery** (only without a clean-shutdown marker). From the segment holding the recovery
+   point to the end: revalidate every batch, rebuild the indexes, truncate at the first torn or
+   corrupt batch and delete every later segment. If the log end is below the checkpointed log
+   start offset, delete everything. An empty log gets one segment at the log start offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+from pathlib import Path
+
+from storagecore import durability, files
+from storagecore.clock import Clock
+from storagecore.config import LogConfig, TopicPartition
+from storagecore.errors import CorruptIndexError, CorruptRecordError
+from storagecore.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadedLog:
+    segments: list[LogSegment]
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+    recovered_segments: int
+    truncated_bytes: int
+
+
+def load_log(
+    directory: Path,
+    tp: TopicPartition,
+    config: LogConfig,
+    clock: Clock,
+    *,
+    recovery_point: int,
+    log_start_offset: int,
+    had_clean_shutdown: bool,
+) -> LoadedLog:
+    prefix = f"[LogLoader partition={tp}, dir={directory.parent}]"
+    now_ms = clock.milliseconds()
+
+    def open_segment(base_offset: int, suffix: str = "") -> LogSegment:
+        return LogSegment.open(
+            directory,
+            base_offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size_bytes=config.segment_index_bytes,
+            now_ms=now_ms,
+            suffix=suffix,
+            writable_indexes=False,
+        )
+
+    # Pass 1: temporary files.
+    swap_files = _remove_temp_files_and_collect_swap_files(directory, prefix)
+
+    # Pass 2: complete interrupted swaps.
+    log_swaps = [p for p in swap_files if p.name.endswith(files.LOG_SUFFIX + files.SWAP_SUFFIX)]
+    if log_swaps:
+        bases: list[int] = []
+        ends: list[int] = []
+        for path in log_swaps:
+            base = files.offset_from_file_name(path.name)
+            segment = open_segment(base, files.SWAP_SUFFIX)
+            try:
+                ends.append(_scan_next_offset(segment))
+            finally:
+                segment.close_handles()
+            bases.append(base)
+        low, high = min(bases), max(ends)
+        for path in sorted(directory.iterdir()):
+            if (
+                path.is_file()
+                and files.is_segment_file_name(path.name)
+                and not path.name.endswith(files.SWAP_SUFFIX)
+                and path.name.endswith(files.SEGMENT_SUFFIXES)
+                and low <= files.offset_from_file_name(path.name) < high
+            ):
+                logger.info("%s Deleting %s, replaced by swap segments [%d, %d)", prefix, path.name, low, high)
+                path.unlink()
+    for path in swap_files:
+        target = path.with_name(path.name[: -len(files.SWAP_SUFFIX)])
+        logger.info("%s Completing swap: %s -> %s", prefix, path.name, target.name)
+        durability.rename(path, target)
+    if swap_files:
+        durability.fsync_dir(directory)
+
+    # Pass 3: orphan indexes, open segments, rebuild missing or corrupt indexes.
+    names = {p.name for p in directory.iterdir() if p.is_file()}
+    for name in sorted(names):
+        if files.is_segment_file_name(name) and name.endswith(files.INDEX_SUFFIXES):
+            log_name = files.filename_prefix(files.offset_from_file_name(name)) + files.LOG_SUFFIX
+            if log_name not in names:
+                logger.warning("%s Deleting orphaned index file %s", prefix, name)
+                (directory / name).unlink()
+    log_bases = sorted(
+        files.offset_from_file_name(name)
+        for name in names
+        if files.is_segment_file_name(name) and name.endswith(files.LOG_SUFFIX)
+    )
+    # After an unclean shutdown everything from the recovery point on is rebuilt in pass 4.
+    recover_from_index = (
+        len(log_bases)
+        if had_clean_shutdown
+        else max(bisect.bisect_right(log_bases, recovery_point) - 1, 0)
+    )
+    segments: list[LogSegment] = []
+    recovered = 0
+    truncated_total = 0
+    for position, base in enumerate(log_bases):
+        index_missing = not files.index_file(directory, base).exists()
+        segment = open_segment(base)
+        if position < recover_from_index:
+            problem: str | None = "missing offset index" if index_missing else None
+            if problem is None:
+                try:
+                    segment.sanity_check()
+                except (CorruptIndexError, CorruptRecordError) as exc:
+                    problem = str(exc)
+            if problem is not None:
+                logger.warning("%s Rebuilding indexes of segment %d: %s", prefix, base, problem)
+                truncated_total += segment.recover(config.segment_index_bytes)
+                recovered += 1
+        segments.append(segment)
+
+    # Pass 4: recovery after an unclean shutdown.
+    if not had_clean_shutdown and segments:
+        start = max(bisect.bisect_right(log_bases, recovery_point) - 1, 0)
+        for position in range(start, len(segments)):
+            segment = segments[position]
+            logger.info("%s Recovering unflushed segment %d", prefix, segment.base_offset)
+            truncated = segment.recover(config.segment_index_bytes)
+            recovered += 1
+            truncated_total += truncated
+            if truncated > 0 and position + 1 < len(segments):
+                for later in segments[position + 1 :]:
+                    logger.warning(
+                        "%s Deleting segment %d after the corrupt tail of segment %d",
+                        prefix, later.base_offset, segment.base_offset,
+                    )
+                    later.delete_files()
+                del segments[position + 1 :]
+                break
+    # Segments whose recovery emptied them below an earlier segment's end cannot exist: offsets
+    # are checked against the segment base in recover().
+
+    if segments:
+        next_offset = segments[-1].next_offset()
+        if next_offset < log_start_offset:
+            logger.warning(
+                "%s Log end offset %d is below the log start offset %d: deleting all segments",
+                prefix, next_offset, log_start_offset,
+            )
+            for segment in segments:
+                segment.delete_files()
+            segments = []
+    if not segments:
+        segments = [open_segment(log_start_offset)]
+    active = segments[-1]
+    active.offset_index.resize(config.segment_index_bytes)
+    active.time_index.resize(config.segment_index_bytes)
+    next_offset = active.next_offset()
+    loaded_recovery_point = next_offset if had_clean_shutdown else min(recovery_point, next_offset)
+    start_offset = max(log_start_offset, segments[0].base_offset)
+    loaded_recovery_point = max(loaded_recovery_point, min(start_offset, next_offset))
+    logger.info(
+        "%s Loaded %d segments: log start %d, log end %d, recovery point %d%s",
+        prefix, len(segments), start_offset, next_offset, loaded_recovery_point,
+        "" if had_clean_shutdown else " (unclean shutdown)",
+    )
+    return LoadedLog(
+        segments=segments,
+        log_start_offset=start_offset,
+        recovery_point=loaded_recovery_point,
+        next_offset=next_offset,
+        recovered_segments=recovered,
+        truncated_bytes=truncated_total,
+    )
+
+
+def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> list[Path]:
+    swap_files: list[Path] = []
+    cleaned_files: list[Path] = []
+    min_cleaned_offset: int | None = None
+    for path in sorted(directory.iterdir()):
+        if not path.is_file():
+            continue
+        name = path.name
+        if name.endswith(files.DELETED_SUFFIX):
+            if name.endswith(".checkpoint" + files.DELETED_SUFFIX):
+                continue
+            logger.info("%s Deleting stray temporary file %s", prefix, name)
+            path.unlink()
+        elif name.endswith(files.CLEANED_SUFFIX) and files.is_segment_file_name(name):
+            offset = files.offset_from_file_name(name)
+            min_cleaned_offset = offset if min_cleaned_offset is None else min(min_cleaned_offset, offset)
+            cleaned_files.append(path)
+        elif name.endswith(files.SWAP_SUFFIX) and files.is_segment_file_name(name):
+            swap_files.append(path)
+    for path in cleaned_files:
+        logger.info("%s Deleting stray temporary file %s", prefix, path.name)
+        path.unlink()
+    valid: list[Path] = []
+    for path in swap_files:
+        if min_cleaned_offset is not None and files.offset_from_file_name(path.name) >= min_cleaned_offset:
+            logger.info(
+                "%s Deleting invalid swap file %s (min cleaned offset %d)",
+                prefix, path.name, min_cleaned_offset,
+            )
+            path.unlink()
+        else:
+            valid.append(path)
+    return valid
+
+
+def _scan_next_offset(segment: LogSegment) -> int:
+    next_offset = segment.base_offset
+    for header in segment.log.batch_headers(0):
+        next_offset = header.next_offset
+    return next_offset

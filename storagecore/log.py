@@ -1,0 +1,558 @@
+"""One partition's log: an ordered list of segments, the last one active (Kafka's UnifiedLog
+and LocalLog together; there is one replica, so the high watermark is the log end offset).
+
+Thread-safety: every public method takes the log's lock. Reads hold it too; they are short.
+
+Invariants (DESIGN.md 1 and 3):
+* segments are sorted by base offset, contiguous in offsets, and the last one is the only one
+  that is appended to;
+* ``log_start_offset <= recovery_point <= log_end_offset``, and every offset below the recovery
+  point is fsynced: an acknowledged, flushed append survives a crash;
+* a deleted segment leaves the segment list before its files are renamed to ``.deleted``, so it
+  is never served again, and its files are unlinked only after ``file.delete.delay.ms``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from storagecore import files
+from storagecore.clock import Clock
+from storagecore.config import LogConfig, TopicPartition
+from storagecore.errors import LogDirOfflineError, OffsetOutOfRangeError, RecordTooLargeError
+from storagecore.index import TimestampOffset
+from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
+from storagecore.records.batch import Record, iter_complete_batches
+from storagecore.records.layout import NO_TIMESTAMP
+from storagecore.segment import LogSegment, RollParams
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+IoErrorCallback = Callable[[Path, OSError], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    shallow_offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    valid_bytes: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Raw bytes of whole batches (the last possibly cut), plus the log's offsets at read time."""
+
+    records: bytes
+    fetch_offset: int
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    first_entry_incomplete: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingDelete:
+    due_ms: int
+    segment: LogSegment
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        config: LogConfig,
+        clock: Clock,
+        segments: Sequence[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        on_io_error: IoErrorCallback | None = None,
+        leader_epoch: int = 0,
+    ) -> None:
+        assert segments, f"{tp}: a log has at least one segment"
+        self.directory = directory
+        self.tp = tp
+        self._config = config
+        self.clock = clock
+        self._segments: list[LogSegment] = sorted(segments, key=lambda s: s.base_offset)
+        self._bases: list[int] = [s.base_offset for s in self._segments]
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._on_io_error = on_io_error
+        self.leader_epoch = leader_epoch
+        self._lock = threading.RLock()
+        self._offline = False
+        self._closed = False
+        self._pending_deletes: list[_PendingDelete] = []
+        self.last_flush_ms = clock.milliseconds()
+        assert self._log_start_offset <= self.log_end_offset or self.size_bytes == 0, (
+            f"{tp}: log start {log_start_offset} beyond log end {self.log_end_offset}"
+        )
+
+    # -- loading -------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+        on_io_error: IoErrorCallback | None = None,
+    ) -> Log:
+        """Load (and if needed recover) the log in ``directory``, creating it if absent."""
+        from storagecore.loader import load_log
+
+        tp = files.parse_partition_dir_name(directory.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        loaded = load_log(
+            directory,
+            tp,
+            config,
+            clock,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            had_clean_shutdown=had_clean_shutdown,
+        )
+        return cls(
+            directory,
+            tp,
+            config,
+            clock,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            on_io_error=on_io_error,
+        )
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        with self._lock:
+            self._config = config
+            for segment in self._segments:
+                segment.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset()
+
+    @property
+    def high_watermark(self) -> int:
+        """One replica: everything appended is committed."""
+        return self.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def offline(self) -> bool:
+        return self._offline
+
+    @property
+    def parent_dir(self) -> Path:
+        return self.directory.parent
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self._recovery_point
+
+    def __repr__(self) -> str:
+        return f"Log({self.tp}, dir={self.directory})"
+
+    # -- I/O failures --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        if self._offline:
+            raise LogDirOfflineError(
+                f"{self.tp}: the log directory {self.parent_dir} is offline after an I/O error"
+            )
+        if self._closed:
+            raise LogDirOfflineError(f"{self.tp}: the log is closed")
+        try:
+            yield
+        except OSError as exc:
+            self.mark_offline()
+            if self._on_io_error is not None:
+                self._on_io_error(self.parent_dir, exc)
+            raise LogDirOfflineError(
+                f"{self.tp}: {what} failed in {self.directory}: {exc}; the log directory "
+                f"{self.parent_dir} is now offline"
+            ) from exc
+
+    def mark_offline(self) -> None:
+        self._offline = True
+
+    # -- append --------------------------------------------------------------------------------
+    def append(
+        self, data: bytes | bytearray | memoryview, *, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
+        """Validate, assign offsets from the log end offset, roll if needed, append.
+
+        Nothing is written unless every batch of ``data`` is valid.
+        """
+        with self._lock, self._io(f"append to {self.tp}"):
+            now_ms = self.clock.milliseconds()
+            validated = validate_and_assign_offsets(
+                data,
+                tp=self.tp,
+                config=self._config,
+                next_offset=self.log_end_offset,
+                now_ms=now_ms,
+                origin=origin,
+                partition_leader_epoch=self.leader_epoch,
+            )
+            size = len(validated.buffer)
+            if size > self._config.segment_bytes:
+                raise RecordTooLargeError(
+                    f"{self.tp}: append of {size} bytes exceeds segment.bytes="
+                    f"{self._config.segment_bytes}"
+                )
+            segment = self._maybe_roll(
+                size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
+            )
+            segment.append(
+                validated.last_offset,
+                validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp,
+                validated.buffer,
+            )
+            if self.unflushed_messages >= self._config.flush_messages:
+                self._flush(self.log_end_offset)
+            return LogAppendInfo(
+                first_offset=validated.first_offset,
+                last_offset=validated.last_offset,
+                max_timestamp=validated.max_timestamp,
+                shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+                log_append_time=validated.log_append_time,
+                log_start_offset=self._log_start_offset,
+                record_count=validated.record_count,
+                valid_bytes=size,
+            )
+
+    def _maybe_roll(
+        self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int
+    ) -> LogSegment:
+        segment = self.active_segment
+        params = RollParams(
+            max_segment_ms=self._config.max_segment_ms,
+            max_segment_bytes=self._config.segment_bytes,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=last_offset,
+            messages_size=size,
+            now_ms=now_ms,
+        )
+        if segment.should_roll(params):
+            logger.debug("%s: rolling segment %d (size %d)", self.tp, segment.base_offset, segment.size_bytes)
+            return self._roll(first_offset)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at ``max(expected_next_offset, log end offset)``."""
+        with self._lock, self._io(f"roll {self.tp}"):
+            return self._roll(expected_next_offset)
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
+        now_ms = self.clock.milliseconds()
+        new_offset = max(expected_next_offset or 0, self.log_end_offset)
+        active = self.active_segment
+        if active.base_offset == new_offset:
+            if active.size_bytes == 0:
+                return active  # KAFKA-6388: an empty active segment at that base is reused
+            raise AssertionError(f"{self.tp}: a segment with base offset {new_offset} already exists")
+        for path in (
+            files.log_file(self.directory, new_offset),
+            files.index_file(self.directory, new_offset),
+            files.time_index_file(self.directory, new_offset),
+            files.txn_index_file(self.directory, new_offset),
+        ):
+            if path.exists():
+                logger.warning("%s: deleting stale file %s before rolling", self.tp, path)
+                path.unlink()
+        active.on_become_inactive_segment()
+        segment = LogSegment.open(
+            self.directory,
+            new_offset,
+            index_interval_bytes=self._config.index_interval_bytes,
+            max_index_size_bytes=self._config.segment_index_bytes,
+            now_ms=now_ms,
+            rolling_jitter_ms=self._rolling_jitter_ms(),
+        )
+        self._segments.append(segment)
+        self._bases.append(new_offset)
+        logger.info("%s: rolled new log segment at offset %d", self.tp, new_offset)
+        # Kafka schedules this flush asynchronously; the roll is rare enough to do it here.
+        self._flush(new_offset)
+        return segment
+
+    def _rolling_jitter_ms(self) -> int:
+        jitter = self._config.segment_jitter_ms
+        if jitter <= 0:
+            return 0
+        return random.randrange(min(jitter, self._config.segment_ms))  # noqa: S311 - not crypto
+
+    # -- flush ---------------------------------------------------------------------------------
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets below ``offset`` (default: all); advance the
+        recovery point to it."""
+        with self._lock, self._io(f"flush {self.tp}"):
+            self._flush(self.log_end_offset if offset is None else offset)
+
+    def _flush(self, offset: int) -> None:
+        if offset <= self._recovery_point:
+            return
+        for segment in self._segments_overlapping(self._recovery_point, offset):
+            segment.flush()
+        self._recovery_point = min(offset, self.log_end_offset)
+        self.last_flush_ms = self.clock.milliseconds()
+
+    def _segments_overlapping(self, start: int, end: int) -> list[LogSegment]:
+        first = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        last = bisect.bisect_left(self._bases, end)
+        return self._segments[first:last] if last > first else self._segments[first : first + 1]
+
+    # -- read ----------------------------------------------------------------------------------
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        min_one_message: bool = True,
+        max_offset: int | None = None,
+    ) -> FetchResult:
+        """Whole batches from the one holding ``start_offset`` (Kafka ``UnifiedLog.read``).
+
+        Raises :class:`OffsetOutOfRangeError` outside ``[log start, log end]``. At the log end
+        the result is empty. ``max_offset`` bounds what is exposed (an isolation level).
+        """
+        with self._lock, self._io(f"read from {self.tp}"):
+            log_end = self.log_end_offset
+            if start_offset < self._log_start_offset or start_offset > log_end:
+                raise OffsetOutOfRangeError(
+                    f"{self.tp}: offset {start_offset} is outside [{self._log_start_offset}, "
+                    f"{log_end}]"
+                )
+            upper = log_end if max_offset is None else min(max_offset, log_end)
+
+            def result(records: bytes, incomplete: bool = False) -> FetchResult:
+                return FetchResult(
+                    records, start_offset, self._log_start_offset, log_end, log_end, incomplete
+                )
+
+            if start_offset >= upper:
+                return result(b"")
+            index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+            while index < len(self._segments):
+                segment = self._segments[index]
+                max_position = segment.size_bytes
+                if upper < segment.next_offset():
+                    header = segment.translate_offset(upper)
+                    if header is not None and header.base_offset >= upper:
+                        max_position = header.position
+                data = segment.read(start_offset, max_bytes, max_position, min_one_message)
+                if data is not None:
+                    return result(data.records, data.first_entry_incomplete)
+                index += 1
+            return result(b"")
+
+    def records(
+        self, start_offset: int | None = None, end_offset: int | None = None, *,
+        include_control: bool = False, fetch_bytes: int = 1 << 20,
+    ) -> Iterator[Record]:
+        """Every record in ``[start_offset, end_offset)``, decoded (a convenience over read)."""
+        offset = self._log_start_offset if start_offset is None else start_offset
+        end = self.log_end_offset if end_offset is None else end_offset
+        while offset < end:
+            fetch = self.read(offset, fetch_bytes)
+            if not fetch.records:
+                return
+            advanced = offset
+            for _, batch in iter_complete_batches(fetch.records):
+                batch.validate()
+                if include_control or not batch.is_control:
+                    for record in batch.records():
+                        if offset <= record.offset < end:
+                            yield record
+                advanced = batch.next_offset
+            if advanced <= offset:
+                raise AssertionError(f"{self.tp}: read at {offset} made no progress")
+            offset = advanced
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """Kafka ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record
+        with a timestamp >= ``timestamp``. None when no record qualifies."""
+        with self._lock, self._io(f"offset lookup in {self.tp}"):
+            if timestamp == EARLIEST_TIMESTAMP:
+                return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
+            if timestamp == LATEST_TIMESTAMP:
+                return TimestampOffset(NO_TIMESTAMP, self.log_end_offset)
+            if timestamp == MAX_TIMESTAMP:
+                return self._offset_of_max_timestamp()
+            if timestamp < 0:
+                raise ValueError(f"{self.tp}: invalid target timestamp {timestamp}")
+            for segment in self._segments:
+                if segment.size_bytes and segment.largest_timestamp >= timestamp:
+                    found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                    if found is not None:
+                        return found
+            return None
+
+    def _offset_of_max_timestamp(self) -> TimestampOffset | None:
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp_so_far >= 0 and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        if best is None:
+            return None
+        target = best.max_timestamp_so_far
+        position = best.offset_index.lookup(best.offset_of_max_timestamp_so_far).position
+        for _, batch in best.log.batches(position):
+            if batch.max_timestamp == target:
+                for record in batch.records():
+                    if record.timestamp == target and record.offset >= self._log_start_offset:
+                        return TimestampOffset(record.timestamp, record.offset)
+        return None
+
+    # -- log start offset and segment deletion -------------------------------------------------
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int, reason: str) -> bool:
+        """Raise the log start offset (never lower it, never past the high watermark)."""
+        with self._lock:
+            if new_log_start_offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"{self.tp}: cannot move the log start offset to {new_log_start_offset}, "
+                    f"past the high watermark {self.high_watermark}"
+                )
+            if new_log_start_offset <= self._log_start_offset:
+                return False
+            logger.info(
+                "%s: incrementing log start offset from %d to %d (%s)",
+                self.tp, self._log_start_offset, new_log_start_offset, reason,
+            )
+            self._log_start_offset = new_log_start_offset
+            self._recovery_point = max(self._recovery_point, new_log_start_offset)
+            return True
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka DeleteRecords: records below ``offset`` are gone for readers at once; whole
+        segments below it are deleted by retention. Returns the new log start offset."""
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"{self.tp}: cannot delete records before offset {offset}")
+        self.maybe_increment_log_start_offset(offset, "delete-records")
+        return self._log_start_offset
+
+    def delete_segments(self, segments: Sequence[LogSegment], reason: str) -> int:
+        """Remove segments from the log and schedule their files for deletion.
+
+        Protocol (Kafka ``deleteSegments``): 1. if every segment would go, roll a new empty
+        active segment first; 2. raise the log start offset to the first surviving base;
+        3. drop the segments from the list (readers no longer see them); 4. rename their files to
+        ``.deleted``; 5. unlink after ``file.delete.delay.ms`` (:meth:`delete_expired_files`).
+        A crash after 4 leaves ``.deleted`` files that the loader removes.
+        """
+        with self._lock, self._io(f"delete segments of {self.tp}"):
+            doomed = [s for s in segments if s in self._segments]
+            if not doomed:
+                return 0
+            if len(doomed) == len(self._segments):
+                self._roll(None)
+                doomed = [s for s in doomed if s is not self.active_segment]
+            doomed_ids = {id(s) for s in doomed}
+            survivors = [s for s in self._segments if id(s) not in doomed_ids]
+            assert survivors, f"{self.tp}: deleting every segment"
+            self.maybe_increment_log_start_offset(survivors[0].base_offset, reason)
+            self._segments = survivors
+            self._bases = [s.base_offset for s in survivors]
+            due_ms = self.clock.milliseconds() + self._config.file_delete_delay_ms
+            for segment in doomed:
+                logger.info(
+                    "%s: deleting segment %d (%d bytes, largest timestamp %d): %s",
+                    self.tp, segment.base_offset, segment.size_bytes,
+                    segment.max_timestamp_so_far, reason,
+                )
+                segment.change_file_suffixes("", files.DELETED_SUFFIX)
+                self._pending_deletes.append(_PendingDelete(due_ms, segment))
+            if self._config.file_delete_delay_ms == 0:
+                self._delete_expired_files(due_ms)
+            return len(doomed)
+
+    def delete_expired_files(self) -> int:
+        """Unlink ``.deleted`` segment files whose delay has passed; return how many segments."""
+        with self._lock:
+            return self._delete_expired_files(self.clock.milliseconds())
+
+    def _delete_expired_files(self, now_ms: int) -> int:
+        due = [p for p in self._pending_deletes if p.due_ms <= now_ms]
+        self._pending_deletes = [p for p in self._pending_deletes if p.due_ms > now_ms]
+        for pending in due:
+            pending.segment.delete_files()
+        return len(due)
+
+    @property
+    def pending_deletes(self) -> int:
+        return len(self._pending_deletes)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every segment (trimming indexes). Does not flush: callers flush first."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments:
+                if self._offline:
+                    segment.close_handles()
+                else:
+                    segment.close()
+            for pending in self._pending_deletes:
+                pending.segment.close_handles()
+
+    def close_handles(self) -> None:
+        """Drop file handles without writing anything (what a crash leaves behind)."""
+        with self._lock:
+            self._closed = True
+            for segment in self._segments:
+                segment.close_handles()
+            for pending in self._pending_deletes:
+                pending.segment.close_handles()

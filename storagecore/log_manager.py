@@ -1,0 +1,417 @@
+"""The logs of one worker across its log directories (Kafka's LogManager).
+
+Per log dir: a ``.lock`` (flock; a second process fails with :class:`LogDirLockedError`), its
+own checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``) and its
+own ``.kafka_cleanshutdown`` marker. The marker is deleted as soon as loading starts, so a crash
+while loading counts as unclean (KAFKA-10471), and written again only by :meth:`shutdown` after
+every log of the dir was flushed and checkpointed.
+
+An ``OSError`` in a dir takes that dir offline (its logs raise :class:`LogDirOfflineError`,
+checkpoints stop being written for it); the other dirs keep working.
+
+Nothing outside the log dirs is ever written or deleted: partition directories are named from
+validated topic names, and physical deletion only removes ``<topic>-<p>.<uuid>-delete`` children
+of a log dir (DESIGN invariant 5).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from storagecore import durability, files
+from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore.clock import Clock, SystemClock
+from storagecore.config import LogConfig, TopicPartition
+from storagecore.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    LogDirLockedError,
+    LogDirOfflineError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
+from storagecore.log import Log
+
+logger = logging.getLogger(__name__)
+
+ConfigLookup = Callable[[str], LogConfig]
+
+
+@dataclasses.dataclass(slots=True)
+class _LogDir:
+    path: Path
+    lock_fd: int
+    had_clean_shutdown: bool
+    online: bool = True
+    error: str | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingDirDelete:
+    due_ms: int
+    path: Path
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: Iterable[Path | str],
+        *,
+        config_for: ConfigLookup | Mapping[str, LogConfig] | None = None,
+        default_config: LogConfig | None = None,
+        clock: Clock | None = None,
+        recovery_threads_per_dir: int = 1,
+        broker_epoch: int = 0,
+    ) -> None:
+        self.clock = clock or SystemClock()
+        self.default_config = default_config or LogConfig()
+        if config_for is None:
+            self._config_for: ConfigLookup = lambda _topic: self.default_config
+        elif isinstance(config_for, Mapping):
+            mapping = dict(config_for)
+            self._config_for = lambda topic: mapping.get(topic, self.default_config)
+        else:
+            self._config_for = config_for
+        self.recovery_threads_per_dir = max(1, recovery_threads_per_dir)
+        self.broker_epoch = broker_epoch
+        self._lock = threading.RLock()
+        self._dirs: dict[Path, _LogDir] = {}
+        self._logs: dict[TopicPartition, Log] = {}
+        self._pending_dir_deletes: list[_PendingDirDelete] = []
+        paths = [Path(p).resolve() for p in log_dirs]
+        if not paths:
+            raise ConfigError("at least one log directory is required")
+        if len(set(paths)) != len(paths):
+            raise ConfigError(f"log directories listed twice: {[str(p) for p in paths]}")
+        try:
+            for path in paths:
+                self._dirs[path] = self._lock_dir(path)
+            self._load_logs()
+        except BaseException:
+            self._release_locks()
+            raise
+
+    # -- directories ---------------------------------------------------------------------------
+    @staticmethod
+    def _lock_dir(path: Path) -> _LogDir:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / files.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirLockedError(
+                f"log directory {path} is locked by another process ({path / files.LOCK_FILE}); "
+                "stop the other worker or use another directory"
+            ) from None
+        marker = path / files.CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            marker.unlink()
+            durability.fsync_dir(path)
+        return _LogDir(path, fd, clean)
+
+    def _release_locks(self) -> None:
+        for log_dir in self._dirs.values():
+            if log_dir.lock_fd >= 0:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(log_dir.lock_fd, fcntl.LOCK_UN)
+                os.close(log_dir.lock_fd)
+                log_dir.lock_fd = -1
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return list(self._dirs)
+
+    @property
+    def online_dirs(self) -> list[Path]:
+        return [d.path for d in self._dirs.values() if d.online]
+
+    @property
+    def offline_dirs(self) -> list[Path]:
+        return [d.path for d in self._dirs.values() if not d.online]
+
+    def dir_error(self, path: Path) -> str | None:
+        return self._dirs[path].error
+
+    def handle_io_error(self, path: Path, exc: OSError) -> None:
+        """LogDirFailureChannel: take ``path`` offline, keep the other dirs running."""
+        with self._lock:
+            log_dir = self._dirs.get(path)
+            if log_dir is None or not log_dir.online:
+                return
+            log_dir.online = False
+            log_dir.error = str(exc)
+            logger.error("Log directory %s is offline after an I/O error: %s", path, exc)
+            for log in self._logs.values():
+                if log.parent_dir == path:
+                    log.mark_offline()
+
+    def _guard_dir(self, path: Path, what: str) -> contextlib.AbstractContextManager[None]:
+        manager = self
+
+        @contextlib.contextmanager
+        def guard() -> object:
+            if not manager._dirs[path].online:
+                raise LogDirOfflineError(f"{what}: log directory {path} is offline")
+            try:
+                yield
+            except OSError as exc:
+                manager.handle_io_error(path, exc)
+                raise LogDirOfflineError(f"{what} failed in {path}: {exc}") from exc
+
+        return guard()  # type: ignore[return-value]
+
+    # -- loading -------------------------------------------------------------------------------
+    def _read_checkpoint(self, path: Path) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except CorruptCheckpointError as exc:
+            logger.warning("Ignoring unreadable checkpoint (offsets default to 0): %s", exc)
+            return {}
+
+    def _load_logs(self) -> None:
+        for log_dir in self._dirs.values():
+            try:
+                self._load_dir(log_dir)
+            except OSError as exc:
+                self.handle_io_error(log_dir.path, exc)
+
+    def _load_dir(self, log_dir: _LogDir) -> None:
+        recovery_points = self._read_checkpoint(log_dir.path / files.RECOVERY_POINT_CHECKPOINT)
+        log_starts = self._read_checkpoint(log_dir.path / files.LOG_START_OFFSET_CHECKPOINT)
+        jobs: list[tuple[TopicPartition, Path]] = []
+        for child in sorted(log_dir.path.iterdir()):
+            if not child.is_dir():
+                continue
+            if files.is_delete_dir_name(child.name):
+                self._schedule_dir_delete(child, delay_ms=0)
+                continue
+            if child.name.endswith((files.FUTURE_DIR_SUFFIX, files.STRAY_DIR_SUFFIX)):
+                logger.warning("Skipping %s: future and stray logs are not managed here", child)
+                continue
+            try:
+                tp = files.parse_partition_dir_name(child.name)
+            except ConfigError:
+                logger.warning("Skipping %s: not a partition directory", child)
+                continue
+            jobs.append((tp, child))
+        clean = log_dir.had_clean_shutdown
+        logger.info(
+            "Loading %d logs from %s (%s shutdown)", len(jobs), log_dir.path, "clean" if clean else "unclean"
+        )
+
+        def load(job: tuple[TopicPartition, Path]) -> Log:
+            tp, path = job
+            return Log.open(
+                path,
+                self._config_for(tp.topic),
+                self.clock,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=log_starts.get(tp, 0),
+                had_clean_shutdown=clean,
+                on_io_error=self.handle_io_error,
+            )
+
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.recovery_threads_per_dir, thread_name_prefix="log-recovery"
+        ) as pool:
+            for log in pool.map(load, jobs):
+                existing = self._logs.get(log.tp)
+                if existing is not None:
+                    raise StorageError(
+                        f"duplicate log directories for {log.tp}: {existing.directory} and "
+                        f"{log.directory}"
+                    )
+                self._logs[log.tp] = log
+
+    # -- logs ----------------------------------------------------------------------------------
+    def get_log(self, tp: TopicPartition) -> Log:
+        log = self._logs.get(tp)
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"no log for {tp} in {', '.join(map(str, self._dirs))}")
+        return log
+
+    def find_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    @property
+    def logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self._config_for(topic)
+
+    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> Log:
+        """The log of ``tp``, created in the online dir with the fewest logs if absent."""
+        with self._lock:
+            log = self._logs.get(tp)
+            if log is not None:
+                return log
+            target = self._next_log_dir()
+            path = target / files.partition_dir_name(tp)
+            with self._guard_dir(target, f"create log {tp}"):
+                path.mkdir()
+                durability.fsync_dir(target)
+                log = Log.open(
+                    path,
+                    config or self._config_for(tp.topic),
+                    self.clock,
+                    had_clean_shutdown=True,
+                    on_io_error=self.handle_io_error,
+                )
+            self._logs[tp] = log
+            logger.info("Created log for %s in %s", tp, target)
+            return log
+
+    def _next_log_dir(self) -> Path:
+        counts = {d.path: 0 for d in self._dirs.values() if d.online}
+        if not counts:
+            raise LogDirOfflineError("every log directory is offline")
+        for log in self._logs.values():
+            if log.parent_dir in counts:
+                counts[log.parent_dir] += 1
+        return min(counts, key=lambda p: (counts[p], str(p)))
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        for tp, log in self.logs.items():
+            if tp.topic == topic:
+                log.update_config(config)
+
+    def delete_log(self, tp: TopicPartition) -> Path:
+        """Kafka partition deletion: close, rename to ``<topic>-<p>.<uuid>-delete``, rewrite the
+        checkpoints, and unlink the directory after ``file.delete.delay.ms``."""
+        with self._lock:
+            log = self.get_log(tp)
+            parent = log.parent_dir
+            with self._guard_dir(parent, f"delete log {tp}"):
+                log.close()
+                target = parent / files.delete_dir_name(tp)
+                durability.rename(log.directory, target, sync_parent=True)
+                del self._logs[tp]
+                self._checkpoint_dir(parent)
+            self._schedule_dir_delete(target, delay_ms=log.config.file_delete_delay_ms)
+            logger.info("Log for %s renamed to %s for deletion", tp, target.name)
+            return target
+
+    def _schedule_dir_delete(self, path: Path, *, delay_ms: int) -> None:
+        self._pending_dir_deletes.append(_PendingDirDelete(self.clock.milliseconds() + delay_ms, path))
+
+    def delete_expired_logs(self) -> int:
+        """kafka-delete-logs: remove ``-delete`` dirs whose delay passed. Returns how many."""
+        with self._lock:
+            now_ms = self.clock.milliseconds()
+            due = [p for p in self._pending_dir_deletes if p.due_ms <= now_ms]
+            self._pending_dir_deletes = [p for p in self._pending_dir_deletes if p.due_ms > now_ms]
+        for pending in due:
+            path = pending.path
+            # Invariant 5: only a -delete child of one of our log dirs is ever removed.
+            assert path.parent in self._dirs and files.is_delete_dir_name(path.name), path
+            try:
+                shutil.rmtree(path)
+                logger.info("Deleted log directory %s", path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self.handle_io_error(path.parent, exc)
+        return len(due)
+
+    @property
+    def pending_dir_deletes(self) -> list[Path]:
+        return [p.path for p in self._pending_dir_deletes]
+
+    def delete_expired_segment_files(self) -> int:
+        total = 0
+        for log in self.logs.values():
+            if not log.offline:
+                total += log.delete_expired_files()
+        return total
+
+    # -- flush and checkpoints -----------------------------------------------------------------
+    def flush_dirty_logs(self) -> int:
+        """kafka-log-flusher: flush logs whose ``flush.ms`` has elapsed. Returns how many."""
+        now_ms = self.clock.milliseconds()
+        flushed = 0
+        for log in self.logs.values():
+            if log.offline or log.unflushed_messages == 0:
+                continue
+            if now_ms - log.last_flush_ms >= log.config.flush_ms:
+                with contextlib.suppress(LogDirOfflineError):
+                    log.flush()
+                    flushed += 1
+        return flushed
+
+    def checkpoint_recovery_points_and_log_start_offsets(self) -> None:
+        for log_dir in self._dirs.values():
+            if log_dir.online:
+                with contextlib.suppress(LogDirOfflineError):
+                    self._checkpoint_dir(log_dir.path)
+
+    def _checkpoint_dir(self, path: Path) -> None:
+        with self._guard_dir(path, f"checkpoint {path}"):
+            logs = [log for log in self._logs.values() if log.parent_dir == path and not log.offline]
+            OffsetCheckpointFile(path / files.RECOVERY_POINT_CHECKPOINT).write(
+                {log.tp: log.recovery_point for log in logs}
+            )
+            # Only logs whose start moved past their first segment (Kafka does the same).
+            OffsetCheckpointFile(path / files.LOG_START_OFFSET_CHECKPOINT).write(
+                {
+                    log.tp: log.log_start_offset
+                    for log in logs
+                    if log.log_start_offset > log.segments[0].base_offset
+                }
+            )
+
+    # -- shutdown ------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker per dir."""
+        with self._lock:
+            for log_dir in self._dirs.values():
+                if not log_dir.online:
+                    for log in self._logs.values():
+                        if log.parent_dir == log_dir.path:
+                            log.close()
+                    continue
+                try:
+                    logs = [log for log in self._logs.values() if log.parent_dir == log_dir.path]
+                    for log in logs:
+                        log.flush()
+                    self._checkpoint_dir(log_dir.path)
+                    for log in logs:
+                        log.close()
+                    durability.write_atomically(
+                        log_dir.path / files.CLEAN_SHUTDOWN_FILE,
+                        json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode(),
+                    )
+                except (OSError, LogDirOfflineError) as exc:
+                    logger.error("Unclean shutdown of %s: %s", log_dir.path, exc)
+                    for log in self._logs.values():
+                        if log.parent_dir == log_dir.path:
+                            log.close_handles()
+            self._logs.clear()
+            self._release_locks()
+
+    def close_without_shutdown(self) -> None:
+        """Release handles and locks without flushing or marking a clean shutdown (a crash)."""
+        with self._lock:
+            for log in self._logs.values():
+                log.close_handles()
+            self._logs.clear()
+            self._release_locks()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()

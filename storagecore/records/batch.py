@@ -1,0 +1,594 @@
+"""Record batches of magic v2: parse, validate, build.
+
+:class:`RecordBatch` is a read-only view over the bytes of exactly one batch (from a file, a
+request or a builder); it decodes header fields lazily from :mod:`storagecore.records.layout`.
+:func:`build_batch` is the one writer: the producer CLI, the append path when it must recompress,
+the cleaner and the tests all go through it, so there is one place where the bytes are made.
+
+Validation is split the way Kafka splits it: :meth:`RecordBatch.validate` is the shallow check
+(size, magic, CRC) that recovery and every read run; :meth:`RecordBatch.records` is the deep
+check (record framing, count, exhausted payload), raising :class:`CorruptRecordError` naming the
+batch's base offset and the problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+from collections.abc import Iterator, Sequence
+from typing import Final
+
+from storagecore.errors import CorruptRecordError
+from storagecore.records import layout
+from storagecore.records.codecs import DEFAULT_MAX_OUTPUT_BYTES, Compression, compress, decompress
+from storagecore.records.crc import crc32c
+from storagecore.records.varint import (
+    decode_varint,
+    decode_varlong,
+    encode_varint,
+    encode_varlong,
+)
+
+Buffer = bytes | bytearray | memoryview
+
+_INT64: Final = struct.Struct(">q")
+_INT32: Final = struct.Struct(">i")
+_UINT32: Final = struct.Struct(">I")
+_INT16: Final = struct.Struct(">h")
+
+
+class TimestampType(enum.IntEnum):
+    """``message.timestamp.type``; bit 3 of the attributes."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+    @property
+    def config_name(self) -> str:
+        return "CreateTime" if self is TimestampType.CREATE_TIME else "LogAppendTime"
+
+
+class ControlType(enum.IntEnum):
+    """Type field of a control record key (transaction markers and KRaft records)."""
+
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+    UNKNOWN = -1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One record as a reader sees it: absolute offset and timestamp resolved."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    #: Bytes of this record inside the uncompressed payload (length varint included).
+    size_bytes: int = 0
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A record to be written by :func:`build_batch`.
+
+    ``offset_delta`` defaults to the record's index in the batch; the cleaner passes the original
+    delta so that offsets survive compaction.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int = layout.NO_TIMESTAMP
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    offset_delta: int | None = None
+
+
+class RecordBatch:
+    """A view over the bytes of one complete batch (``len(buffer) == size_bytes``)."""
+
+    __slots__ = ("_buffer", "_header")
+
+    def __init__(self, buffer: Buffer) -> None:
+        if len(buffer) < layout.RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(
+                f"record batch of {len(buffer)} bytes is smaller than the "
+                f"{layout.RECORD_BATCH_OVERHEAD}-byte batch header"
+            )
+        self._buffer = buffer
+        self._header = layout.BATCH_HEADER.unpack_from(buffer, 0)
+
+    # -- header fields -------------------------------------------------------------------------
+    @property
+    def buffer(self) -> Buffer:
+        return self._buffer
+
+    @property
+    def base_offset(self) -> int:
+        return int(self._header[0])
+
+    @property
+    def batch_length(self) -> int:
+        return int(self._header[1])
+
+    @property
+    def size_bytes(self) -> int:
+        return self.batch_length + layout.LOG_OVERHEAD
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return int(self._header[2])
+
+    @property
+    def magic(self) -> int:
+        return int(self._header[3])
+
+    @property
+    def crc(self) -> int:
+        return int(self._header[4])
+
+    @property
+    def attributes(self) -> int:
+        return int(self._header[5])
+
+    @property
+    def last_offset_delta(self) -> int:
+        return int(self._header[6])
+
+    @property
+    def base_timestamp(self) -> int:
+        return int(self._header[7])
+
+    @property
+    def max_timestamp(self) -> int:
+        return int(self._header[8])
+
+    @property
+    def producer_id(self) -> int:
+        return int(self._header[9])
+
+    @property
+    def producer_epoch(self) -> int:
+        return int(self._header[10])
+
+    @property
+    def base_sequence(self) -> int:
+        return int(self._header[11])
+
+    @property
+    def records_count(self) -> int:
+        return int(self._header[12])
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """Authoritative end of the batch: compaction may leave ``records_count`` smaller."""
+        return self.last_offset + 1
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == layout.NO_SEQUENCE:
+            return layout.NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (layout.INT32_MAX + 1)
+
+    @property
+    def compression(self) -> Compression:
+        return Compression.from_id(self.attributes & layout.COMPRESSION_CODEC_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.attributes & layout.TIMESTAMP_TYPE_MASK:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & layout.TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & layout.CONTROL_FLAG_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & layout.DELETE_HORIZON_FLAG_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: with the delete-horizon flag, baseTimestamp holds the horizon."""
+        return self.base_timestamp if self.has_delete_horizon else None
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id != layout.NO_PRODUCER_ID
+
+    def compute_crc(self) -> int:
+        return crc32c(memoryview(self._buffer)[layout.ATTRIBUTES_OFFSET : self.size_bytes])
+
+    def is_valid(self) -> bool:
+        try:
+            self.validate()
+        except CorruptRecordError:
+            return False
+        return True
+
+    def validate(self) -> None:
+        """Kafka's ``ensureValid``: the sizes agree, the magic is 2, the CRC matches."""
+        if self.batch_length < layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD:
+            raise CorruptRecordError(
+                f"batch at offset {self.base_offset}: declared length {self.batch_length} is "
+                f"below the {layout.RECORD_BATCH_OVERHEAD}-byte header"
+            )
+        if self.size_bytes != len(self._buffer):
+            raise CorruptRecordError(
+                f"batch at offset {self.base_offset}: declared size {self.size_bytes} bytes "
+                f"but {len(self._buffer)} bytes present"
+            )
+        if self.magic != layout.CURRENT_MAGIC:
+            raise CorruptRecordError(
+                f"batch at offset {self.base_offset}: magic {self.magic}, only magic 2 is supported"
+            )
+        computed = self.compute_crc()
+        if computed != self.crc:
+            raise CorruptRecordError(
+                f"batch at offset {self.base_offset}: CRC mismatch (stored 0x{self.crc:08x}, "
+                f"computed 0x{computed:08x})"
+            )
+        if self.records_count < 0 or self.last_offset_delta < 0:
+            raise CorruptRecordError(
+                f"batch at offset {self.base_offset}: negative record count "
+                f"{self.records_count} or last offset delta {self.last_offset_delta}"
+            )
+        Compression.from_id(self.attributes & layout.COMPRESSION_CODEC_MASK)
+
+    # -- records -------------------------------------------------------------------------------
+    def payload(self, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> bytes:
+        """The uncompressed concatenated records."""
+        raw = memoryview(self._buffer)[layout.RECORDS_OFFSET : self.size_bytes]
+        return decompress(self.compression, raw, max_output_bytes)
+
+    def records(self, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> list[Record]:
+        """Decode every record (deep validation: framing, count, nothing left over)."""
+        return decode_records(
+            self.payload(max_output_bytes),
+            count=self.records_count,
+            base_offset=self.base_offset,
+            base_timestamp=self.base_timestamp,
+            log_append_time=(
+                self.max_timestamp if self.timestamp_type is TimestampType.LOG_APPEND_TIME else None
+            ),
+            delete_horizon=self.has_delete_horizon,
+        )
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    def control_type(self) -> ControlType:
+        """For a control batch: the type of its (single) control record."""
+        if not self.is_control:
+            raise AssertionError("control_type() on a data batch")
+        records = self.records()
+        if len(records) != 1 or records[0].key is None or len(records[0].key) < 4:
+            raise CorruptRecordError(
+                f"control batch at offset {self.base_offset} must hold one record with a 4-byte key"
+            )
+        _version, type_id = layout.CONTROL_RECORD_KEY.unpack_from(records[0].key, 0)
+        try:
+            return ControlType(type_id)
+        except ValueError:
+            return ControlType.UNKNOWN
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+            f"count={self.records_count}, size={self.size_bytes}, codec={self.compression.config_name})"
+        )
+
+
+def decode_records(
+    payload: bytes,
+    *,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    delete_horizon: bool = False,
+) -> list[Record]:
+    """Decode ``count`` records from an uncompressed payload, which they must exactly fill."""
+    records: list[Record] = []
+    pos = 0
+    end = len(payload)
+    # With a delete horizon, baseTimestamp holds the horizon; record deltas were re-based on it.
+    for index in range(count):
+        start = pos
+        try:
+            length, pos = decode_varint(payload, pos, end)
+            body_end = pos + length
+            if length < 0 or body_end > end:
+                raise CorruptRecordError(f"declared length {length} runs past the batch")
+            pos += 1  # attributes int8, unused
+            ts_delta, pos = decode_varlong(payload, pos, body_end)
+            offset_delta, pos = decode_varint(payload, pos, body_end)
+            key_length, pos = decode_varint(payload, pos, body_end)
+            key: bytes | None = None
+            if key_length >= 0:
+                key = payload[pos : pos + key_length]
+                pos += key_length
+            value_length, pos = decode_varint(payload, pos, body_end)
+            value: bytes | None = None
+            if value_length >= 0:
+                value = payload[pos : pos + value_length]
+                pos += value_length
+            header_count, pos = decode_varint(payload, pos, body_end)
+            if header_count < 0:
+                raise CorruptRecordError(f"negative header count {header_count}")
+            headers: list[tuple[str, bytes | None]] = []
+            for _ in range(header_count):
+                hk_length, pos = decode_varint(payload, pos, body_end)
+                if hk_length < 0:
+                    raise CorruptRecordError("null header key")
+                header_key = payload[pos : pos + hk_length].decode("utf-8")
+                pos += hk_length
+                hv_length, pos = decode_varint(payload, pos, body_end)
+                header_value: bytes | None = None
+                if hv_length >= 0:
+                    header_value = payload[pos : pos + hv_length]
+                    pos += hv_length
+                headers.append((header_key, header_value))
+            if pos != body_end:
+                raise CorruptRecordError(
+                    f"record body is {length} bytes but {pos - (body_end - length)} were read"
+                )
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"batch at offset {base_offset}, record {index} (byte {start} of the payload): {exc}"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise CorruptRecordError(
+                f"batch at offset {base_offset}, record {index}: header key is not UTF-8"
+            ) from exc
+        timestamp = log_append_time if log_append_time is not None else base_timestamp + ts_delta
+        records.append(
+            Record(
+                offset=base_offset + offset_delta,
+                timestamp=timestamp,
+                key=key,
+                value=value,
+                headers=tuple(headers),
+                size_bytes=pos - start,
+            )
+        )
+    if pos != end:
+        raise CorruptRecordError(
+            f"batch at offset {base_offset}: {end - pos} bytes left after {count} records "
+            f"(incorrect declared batch size)"
+        )
+    return records
+
+
+def encode_record(
+    *, offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> bytes:
+    """One record body with its length prefix."""
+    parts = [b"\x00", encode_varlong(timestamp_delta), encode_varint(offset_delta)]
+    if key is None:
+        parts.append(encode_varint(-1))
+    else:
+        parts += (encode_varint(len(key)), key)
+    if value is None:
+        parts.append(encode_varint(-1))
+    else:
+        parts += (encode_varint(len(value)), value)
+    parts.append(encode_varint(len(headers)))
+    for header_key, header_value in headers:
+        encoded_key = header_key.encode("utf-8")
+        parts += (encode_varint(len(encoded_key)), encoded_key)
+        if header_value is None:
+            parts.append(encode_varint(-1))
+        else:
+            parts += (encode_varint(len(header_value)), header_value)
+    body = b"".join(parts)
+    return encode_varint(len(body)) + body
+
+
+def build_batch(
+    records: Sequence[NewRecord],
+    *,
+    base_offset: int = 0,
+    compression: Compression = Compression.NONE,
+    compression_level: int | None = None,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time: int | None = None,
+    producer_id: int = layout.NO_PRODUCER_ID,
+    producer_epoch: int = layout.NO_PRODUCER_EPOCH,
+    base_sequence: int = layout.NO_SEQUENCE,
+    partition_leader_epoch: int = layout.NO_PARTITION_LEADER_EPOCH,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    last_offset_delta: int | None = None,
+    max_timestamp: int | None = None,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """Encode one v2 batch.
+
+    ``last_offset_delta`` and ``max_timestamp`` override the computed values (the cleaner keeps
+    the original last offset; an empty batch keeps its producer state). With
+    ``delete_horizon_ms`` the batch carries the KIP-534 horizon in baseTimestamp.
+    """
+    deltas = [
+        index if record.offset_delta is None else record.offset_delta
+        for index, record in enumerate(records)
+    ]
+    if any(later <= earlier for earlier, later in zip(deltas, deltas[1:], strict=False)):
+        raise ValueError(f"offset deltas must increase strictly, got {deltas}")
+    if last_offset_delta is None:
+        if not records:
+            raise ValueError("an empty batch needs an explicit last_offset_delta")
+        last_offset_delta = deltas[-1]
+    elif records and last_offset_delta < deltas[-1]:
+        raise ValueError(f"last_offset_delta {last_offset_delta} is below the last record's delta")
+
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        if log_append_time is None:
+            raise ValueError("LogAppendTime batches need log_append_time")
+        first_timestamp = log_append_time
+        computed_max = log_append_time
+    else:
+        first_timestamp = records[0].timestamp if records else layout.NO_TIMESTAMP
+        computed_max = max((r.timestamp for r in records), default=layout.NO_TIMESTAMP)
+    base_timestamp = first_timestamp if delete_horizon_ms is None else delete_horizon_ms
+    if max_timestamp is None:
+        max_timestamp = computed_max
+
+    payload = b"".join(
+        encode_record(
+            offset_delta=delta,
+            timestamp_delta=(
+                0
+                if timestamp_type is TimestampType.LOG_APPEND_TIME
+                else record.timestamp - base_timestamp
+            ),
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
+        )
+        for delta, record in zip(deltas, records, strict=True)
+    )
+    if compression is not Compression.NONE and records:
+        payload = compress(compression, payload, compression_level)
+
+    attributes = int(compression)
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= layout.TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= layout.TRANSACTIONAL_FLAG_MASK
+    if is_control:
+        attributes |= layout.CONTROL_FLAG_MASK
+    if delete_horizon_ms is not None:
+        attributes |= layout.DELETE_HORIZON_FLAG_MASK
+
+    size = layout.RECORD_BATCH_OVERHEAD + len(payload)
+    buffer = bytearray(size)
+    layout.BATCH_HEADER.pack_into(
+        buffer,
+        0,
+        base_offset,
+        size - layout.LOG_OVERHEAD,
+        partition_leader_epoch,
+        layout.CURRENT_MAGIC,
+        0,  # crc, filled below
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    buffer[layout.RECORDS_OFFSET :] = payload
+    _UINT32.pack_into(buffer, layout.CRC_OFFSET, crc32c(memoryview(buffer)[layout.ATTRIBUTES_OFFSET :]))
+    return bytes(buffer)
+
+
+def build_control_batch(
+    control_type: ControlType,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = layout.NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A commit or abort marker: transactional|control, one record, no codec, no sequence."""
+    if control_type not in (ControlType.COMMIT, ControlType.ABORT):
+        raise ValueError(f"only COMMIT and ABORT markers are written here, not {control_type!r}")
+    key = layout.CONTROL_RECORD_KEY.pack(0, int(control_type))
+    value = layout.END_TXN_MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch(
+        [NewRecord(key=key, value=value, timestamp=timestamp)],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def set_base_offset(buffer: bytearray, position: int, base_offset: int) -> None:
+    """Rewrite a batch's base offset in place (not covered by the CRC)."""
+    _INT64.pack_into(buffer, position + layout.BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_partition_leader_epoch(buffer: bytearray, position: int, epoch: int) -> None:
+    """Stamp the leader epoch in place (not covered by the CRC)."""
+    _INT32.pack_into(buffer, position + layout.PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_max_timestamp(
+    buffer: bytearray, position: int, size: int, timestamp_type: TimestampType, max_timestamp: int
+) -> None:
+    """Kafka's ``setMaxTimestamp``: timestamp type bit and max timestamp, then a new CRC."""
+    (attributes,) = _INT16.unpack_from(buffer, position + layout.ATTRIBUTES_OFFSET)
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        attributes |= layout.TIMESTAMP_TYPE_MASK
+    else:
+        attributes &= ~layout.TIMESTAMP_TYPE_MASK
+    _INT16.pack_into(buffer, position + layout.ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buffer, position + layout.MAX_TIMESTAMP_OFFSET, max_timestamp)
+    crc = crc32c(memoryview(buffer)[position + layout.ATTRIBUTES_OFFSET : position + size])
+    _UINT32.pack_into(buffer, position + layout.CRC_OFFSET, crc)
+
+
+def iter_batches(buffer: Buffer) -> Iterator[tuple[int, RecordBatch]]:
+    """Split a buffer that must hold only complete batches; raise on any partial or bad frame."""
+    pos = 0
+    end = len(buffer)
+    view = memoryview(buffer)
+    while pos < end:
+        if end - pos < layout.LOG_OVERHEAD:
+            raise CorruptRecordError(
+                f"{end - pos} trailing bytes at byte {pos} are not a complete batch"
+            )
+        (length,) = _INT32.unpack_from(buffer, pos + layout.LENGTH_OFFSET)
+        size = length + layout.LOG_OVERHEAD
+        if length < layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD:
+            raise CorruptRecordError(f"batch at byte {pos}: declared length {length} is too small")
+        if pos + size > end:
+            raise CorruptRecordError(
+                f"batch at byte {pos}: declared size {size} runs past the {end}-byte buffer"
+            )
+        yield pos, RecordBatch(view[pos : pos + size])
+        pos += size
+
+
+def iter_complete_batches(buffer: Buffer) -> Iterator[tuple[int, RecordBatch]]:
+    """Batches of a fetch result: whole batches, a cut-off last batch silently ignored."""
+    pos = 0
+    end = len(buffer)
+    view = memoryview(buffer)
+    while end - pos >= layout.LOG_OVERHEAD:
+        (length,) = _INT32.unpack_from(buffer, pos + layout.LENGTH_OFFSET)
+        size = length + layout.LOG_OVERHEAD
+        if length < layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD:
+            raise CorruptRecordError(f"batch at byte {pos}: declared length {length} is too small")
+        if pos + size > end:
+            return
+        yield pos, RecordBatch(view[pos : pos + size])
+        pos += size

@@ -1,0 +1,21 @@
+"""CRC-32C (Castagnoli), the batch checksum of magic v2.
+
+Backed by the ``crc32c`` package (hardware instructions where the CPU has them, a C table
+otherwise). There is deliberately no pure-Python fallback: at ~12 MB/s it would make the append
+and recovery paths 1000x slower without anybody noticing (kafka-python's silent fallback).
+"""
+
+from __future__ import annotations
+
+import crc32c as _crc32c_package
+
+#: True when the package uses the SSE4.2/ARMv8 instruction (checked by a test, reported by tools).
+HARDWARE_BASED: bool = bool(getattr(_crc32c_package, "hardware_based", False))
+
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C of ``data`` as an unsigned 32-bit integer."""
+    return int(_crc32c_package.crc32c(data))
+
+
+assert crc32c(b"123456789") == 0xE3069283, "crc32c package does not compute CRC-32C"

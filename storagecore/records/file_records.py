@@ -1,0 +1,165 @@
+"""A ``.log`` file: a concatenation of record batches, appended and read by byte position.
+
+Positional I/O (``pread``/``pwrite``) on one file descriptor: appends go to the logical end, reads
+never move a shared file pointer, so readers and the appender do not interfere. The batch scan
+implements Kafka's ``FileLogInputStream`` end-of-data rules: fewer than 17 bytes left, or a
+declared size running past the end, is the end of the data (a torn tail); a declared length below
+14 bytes is corruption.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from storagecore import durability
+from storagecore.errors import CorruptRecordError
+from storagecore.records import layout
+from storagecore.records.batch import RecordBatch
+
+_LENGTH: Final = struct.Struct(">i")
+_HEADER_PREFIX: Final = struct.Struct(">qi")  # base_offset, batch_length
+_READ_CHUNK_BYTES: Final = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """Where a batch sits in a file and the header fields the log layer needs."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+    max_timestamp: int
+    magic: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
+class FileRecords:
+    """One open ``.log`` file; ``size_bytes`` is its logical size (appends go there)."""
+
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self.path = path
+        self._fd = os.open(path, flags, 0o644)
+        self.size_bytes = os.fstat(self._fd).st_size
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the end; return the position it starts at."""
+        position = self.size_bytes
+        view = memoryview(data)
+        offset = position
+        while view:
+            written = os.pwrite(self._fd, view, offset)
+            view = view[written:]
+            offset += written
+        self.size_bytes = offset
+        return position
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position`` (short only at the end of the file)."""
+        size = max(0, min(size, self.size_bytes - position))
+        if size == 0:
+            return b""
+        data = os.pread(self._fd, size, position)
+        while len(data) < size:  # pread may return short on some filesystems
+            more = os.pread(self._fd, size - len(data), position + len(data))
+            if not more:
+                break
+            data += more
+        return data
+
+    def flush(self) -> None:
+        durability.fsync_fd(self._fd)
+
+    def truncate_to(self, size: int) -> int:
+        """Cut the file to ``size`` bytes; return the number of bytes removed."""
+        if size > self.size_bytes or size < 0:
+            raise AssertionError(f"truncate {self.path} to {size} outside [0, {self.size_bytes}]")
+        removed = self.size_bytes - size
+        os.ftruncate(self._fd, size)
+        self.size_bytes = size
+        return removed
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def rename_to(self, target: Path) -> None:
+        durability.rename(self.path, target)
+        self.path = target
+
+    def mtime_ms(self) -> int:
+        return int(os.stat(self.path).st_mtime * 1000)
+
+    # -- scans ---------------------------------------------------------------------------------
+    def batch_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the batches in ``[start, end)``, stopping at a torn tail.
+
+        Raises :class:`CorruptRecordError` on a declared length below 14 bytes (Kafka treats a
+        zero-filled tail this way). Contents are not CRC-checked here; see :meth:`batches`.
+        """
+        end = self.size_bytes if end is None else min(end, self.size_bytes)
+        position = start
+        chunk = b""
+        chunk_start = position
+        while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
+            rel = position - chunk_start
+            if rel + layout.RECORD_BATCH_OVERHEAD > len(chunk):
+                chunk = self.read(position, min(_READ_CHUNK_BYTES, end - position))
+                chunk_start = position
+                rel = 0
+            if len(chunk) - rel < layout.HEADER_SIZE_UP_TO_MAGIC:
+                return
+            base_offset, length = _HEADER_PREFIX.unpack_from(chunk, rel)
+            if length < layout.MIN_DECLARED_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"{self.path}: batch at position {position} declares length {length} "
+                    f"(minimum {layout.MIN_DECLARED_BATCH_LENGTH})"
+                )
+            size = length + layout.LOG_OVERHEAD
+            if position + size > end:
+                return  # torn tail: the declared size runs past the end
+            magic = chunk[rel + layout.MAGIC_OFFSET]
+            if size < layout.RECORD_BATCH_OVERHEAD or len(chunk) - rel < layout.RECORD_BATCH_OVERHEAD:
+                # Too short to hold a v2 header: report what we have; validation rejects it.
+                yield BatchHeader(position, base_offset, base_offset, size, layout.NO_TIMESTAMP, magic)
+            else:
+                (last_delta,) = _LENGTH.unpack_from(chunk, rel + layout.LAST_OFFSET_DELTA_OFFSET)
+                (max_ts,) = struct.unpack_from(">q", chunk, rel + layout.MAX_TIMESTAMP_OFFSET)
+                yield BatchHeader(position, base_offset, base_offset + last_delta, size, max_ts, magic)
+            position += size
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, RecordBatch]]:
+        """Complete batches in ``[start, end)`` as views, read in large chunks (not validated)."""
+        end = self.size_bytes if end is None else min(end, self.size_bytes)
+        chunk = b""
+        chunk_start = start
+        for header in self.batch_headers(start, end):
+            rel = header.position - chunk_start
+            if rel + header.size_bytes > len(chunk):
+                chunk = self.read(header.position, max(_READ_CHUNK_BYTES, header.size_bytes))
+                chunk_start = header.position
+                rel = 0
+            if header.size_bytes < layout.RECORD_BATCH_OVERHEAD:
+                raise CorruptRecordError(
+                    f"{self.path}: batch at position {header.position} is {header.size_bytes} "
+                    f"bytes, smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
+                )
+            yield header.position, RecordBatch(memoryview(chunk)[rel : rel + header.size_bytes])

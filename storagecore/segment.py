@@ -1,0 +1,390 @@
+"""One log segment: a ``.log`` file with its ``.index`` and ``.timeindex`` (Kafka's LogSegment).
+
+Invariant: ``base_offset <= every offset in this segment < next segment's base_offset``, and
+every relative offset fits in an int32.
+
+Callers hold the owning Log's lock; a segment is not thread-safe by itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from storagecore import durability, files
+from storagecore.errors import CorruptRecordError, SegmentOffsetOverflowError
+from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
+from storagecore.records.file_records import BatchHeader, FileRecords
+from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RollParams:
+    """What :meth:`LogSegment.should_roll` needs to know about the incoming append."""
+
+    max_segment_ms: int
+    max_segment_bytes: int
+    max_timestamp_in_messages: int
+    max_offset_in_messages: int
+    messages_size: int
+    now_ms: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchData:
+    """A raw byte range of a ``.log``: whole batches from ``position``, the last one possibly cut."""
+
+    fetch_offset: int
+    segment_base_offset: int
+    position: int
+    records: bytes
+    first_entry_incomplete: bool = False
+
+
+class LogSegment:
+    def __init__(
+        self,
+        log: FileRecords,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        base_offset: int,
+        index_interval_bytes: int,
+        rolling_jitter_ms: int,
+        created_ms: int,
+    ) -> None:
+        self.log = log
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self.created_ms = created_ms
+        self.bytes_since_last_index_entry = 0
+        # Largest timestamp in the segment and the last offset of the batch that first reached it.
+        last = time_index.last_entry
+        self.max_timestamp_so_far: int = last.timestamp
+        self.offset_of_max_timestamp_so_far: int = last.offset
+        # Timestamp that time-based rolling measures from (first batch's max timestamp).
+        self.rolling_based_timestamp: int | None = None
+        self._next_offset: int | None = None
+
+    # -- open / names ------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size_bytes: int,
+        now_ms: int,
+        rolling_jitter_ms: int = 0,
+        suffix: str = "",
+        writable_indexes: bool = True,
+    ) -> LogSegment:
+        log = FileRecords(files.log_file(directory, base_offset, suffix))
+        offset_index = OffsetIndex(
+            files.index_file(directory, base_offset, suffix),
+            base_offset,
+            max_index_size_bytes,
+            writable=writable_indexes,
+        )
+        time_index = TimeIndex(
+            files.time_index_file(directory, base_offset, suffix),
+            base_offset,
+            max_index_size_bytes,
+            writable=writable_indexes,
+        )
+        return cls(
+            log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, now_ms
+        )
+
+    @property
+    def size_bytes(self) -> int:
+        return self.log.size_bytes
+
+    @property
+    def directory(self) -> Path:
+        return self.log.path.parent
+
+    def txn_index_path(self) -> Path:
+        return self.log.path.with_name(
+            self.log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)
+        )
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size_bytes}, path={self.log.path})"
+
+    # -- offsets -----------------------------------------------------------------------------
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def next_offset(self) -> int:
+        """Offset after the last batch, or the base offset when empty (Kafka ``readNextOffset``)."""
+        if self._next_offset is None:
+            next_offset = self.base_offset
+            start = self.offset_index.lookup(self.offset_index.last_offset).position
+            for header in self.log.batch_headers(min(start, self.log.size_bytes)):
+                next_offset = header.next_offset
+            self._next_offset = next_offset
+        return self._next_offset
+
+    @property
+    def largest_record_timestamp(self) -> int | None:
+        return self.max_timestamp_so_far if self.max_timestamp_so_far >= 0 else None
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, falling back to the file's mtime (what retention compares)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return self.log.mtime_ms()
+
+    # -- append ------------------------------------------------------------------------------
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records: bytes | bytearray | memoryview,
+    ) -> None:
+        """Append validated batches whose last offset is ``largest_offset``."""
+        if not records:
+            return
+        if not self.can_convert_to_relative_offset(largest_offset):
+            raise SegmentOffsetOverflowError(
+                f"{self.log.path}: offset {largest_offset} cannot be stored relative to base "
+                f"offset {self.base_offset}"
+            )
+        physical_position = self.log.size_bytes
+        if physical_position == 0:
+            self.rolling_based_timestamp = largest_timestamp
+        self.log.append(records)
+        if largest_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = largest_timestamp
+            self.offset_of_max_timestamp_so_far = shallow_offset_of_max_timestamp
+        # Entries track the bytes of previous appends: the first append never gets one.
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(largest_offset, physical_position)
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+            )
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += len(records)
+        self._next_offset = largest_offset + 1
+
+    # -- read --------------------------------------------------------------------------------
+    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
+        """The first batch whose last offset is >= ``offset`` (searching from the index hint)."""
+        position = max(self.offset_index.lookup(offset).position, starting_position)
+        for header in self.log.batch_headers(min(position, self.log.size_bytes)):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> FetchData | None:
+        """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes.
+
+        With ``min_one_message`` the first batch is returned whole even if it exceeds
+        ``max_size``. Returns None when no batch in this segment reaches ``start_offset``.
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for read from {self.log.path}")
+        max_position = self.log.size_bytes if max_position is None else max_position
+        header = self.translate_offset(start_offset)
+        if header is None:
+            return None
+        adjusted_max = max(max_size, header.size_bytes) if min_one_message else max_size
+        if adjusted_max == 0 or header.position >= max_position:
+            return FetchData(start_offset, self.base_offset, header.position, b"")
+        if not min_one_message and header.size_bytes > max_size:
+            return FetchData(start_offset, self.base_offset, header.position, b"", True)
+        fetch_size = min(max_position - header.position, adjusted_max)
+        return FetchData(
+            start_offset, self.base_offset, header.position, self.log.read(header.position, fetch_size)
+        )
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> TimestampOffset | None:
+        """First record with timestamp >= ``timestamp`` and offset >= ``starting_offset``."""
+        ts_entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_entry.offset, starting_offset)).position
+        for _, batch in self.log.batches(position):
+            if batch.max_timestamp >= timestamp:
+                for record in batch.records():
+                    if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return TimestampOffset(record.timestamp, record.offset)
+        return None
+
+    # -- roll --------------------------------------------------------------------------------
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        self._load_first_batch_timestamp()
+        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
+            return message_timestamp - self.rolling_based_timestamp
+        return now_ms - self.created_ms
+
+    def _load_first_batch_timestamp(self) -> None:
+        if self.rolling_based_timestamp is None and self.log.size_bytes > 0:
+            for header in self.log.batch_headers(0):
+                self.rolling_based_timestamp = header.max_timestamp
+                break
+
+    def should_roll(self, params: RollParams) -> bool:
+        reached_roll_ms = (
+            self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
+            > params.max_segment_ms - self.rolling_jitter_ms
+        )
+        return (
+            self.size_bytes > params.max_segment_bytes - params.messages_size
+            or (self.size_bytes > 0 and reached_roll_ms)
+            or self.offset_index.is_full()
+            or self.time_index.is_full()
+            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
+        )
+
+    def on_become_inactive_segment(self) -> None:
+        """Final time-index entry (the segment's max timestamp) and trimmed indexes."""
+        self._append_final_time_entry()
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def _append_final_time_entry(self) -> None:
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
+            )
+
+    # -- recovery and truncation -------------------------------------------------------------
+    def recover(self, max_index_size_bytes: int) -> int:
+        """Rebuild the indexes from the log and cut it at the first invalid batch.
+
+        Returns the number of bytes truncated. A batch is valid when its size, magic and CRC
+        check out, its offsets lie in this segment and follow the previous batch.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.offset_index.resize(max_index_size_bytes)
+        self.time_index.resize(max_index_size_bytes)
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        self.rolling_based_timestamp = None
+        valid_bytes = 0
+        last_index_entry = 0
+        expected_min_offset = self.base_offset
+        problem = "end of data"
+        try:
+            for position, batch in self.log.batches(0):
+                batch.validate()
+                if batch.base_offset < expected_min_offset:
+                    raise CorruptRecordError(
+                        f"batch at position {position} has base offset {batch.base_offset}, "
+                        f"expected at least {expected_min_offset}"
+                    )
+                if not self.can_convert_to_relative_offset(batch.last_offset):
+                    raise CorruptRecordError(
+                        f"batch at position {position} has last offset {batch.last_offset}, "
+                        f"not addressable from base offset {self.base_offset}"
+                    )
+                if batch.max_timestamp > self.max_timestamp_so_far:
+                    self.max_timestamp_so_far = batch.max_timestamp
+                    self.offset_of_max_timestamp_so_far = batch.last_offset
+                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                    self.offset_index.append(batch.last_offset, valid_bytes)
+                    self.time_index.maybe_append(
+                        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                    )
+                    last_index_entry = valid_bytes
+                valid_bytes += batch.size_bytes
+                expected_min_offset = batch.next_offset
+        except CorruptRecordError as exc:
+            problem = str(exc)
+        truncated = self.log.size_bytes - valid_bytes
+        if truncated > 0:
+            logger.warning(
+                "Truncating %s to %d bytes, removing %d bytes at position %d: %s",
+                self.log.path, valid_bytes, truncated, valid_bytes, problem,
+            )
+            self.log.truncate_to(valid_bytes)
+        self.offset_index.trim_to_valid_size()
+        self._append_final_time_entry()
+        self.time_index.trim_to_valid_size()
+        self.bytes_since_last_index_entry = valid_bytes - last_index_entry
+        self._next_offset = expected_min_offset
+        return truncated
+
+    def truncate_to(self, offset: int, max_index_size_bytes: int, now_ms: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; return bytes removed."""
+        header = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        if header is None:
+            return 0
+        self.offset_index.resize(max_index_size_bytes)
+        self.time_index.resize(max_index_size_bytes)
+        removed = self.log.truncate_to(header.position)
+        if self.log.size_bytes == 0:
+            self.created_ms = now_ms
+            self.rolling_based_timestamp = None
+        self.bytes_since_last_index_entry = 0
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far = last.timestamp
+        self.offset_of_max_timestamp_so_far = last.offset
+        self._next_offset = None
+        return removed
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self.log.closed:
+            return
+        self._append_final_time_entry()
+        self.offset_index.close()
+        self.time_index.close()
+        self.log.close()
+
+    def close_handles(self) -> None:
+        """Close file handles without writing anything (a crash, as far as the files know)."""
+        self.offset_index.close_without_trim()
+        self.time_index.close_without_trim()
+        self.log.close()
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename every file of the segment from ``old_suffix`` to ``new_suffix``."""
+
+        def renamed(path: Path) -> Path:
+            name = path.name
+            stem = name[: len(name) - len(old_suffix)] if old_suffix and name.endswith(old_suffix) else name
+            return path.with_name(stem + new_suffix)
+
+        txn = self.txn_index_path()
+        self.log.rename_to(renamed(self.log.path))
+        self.offset_index.rename_to(renamed(self.offset_index.path))
+        self.time_index.rename_to(renamed(self.time_index.path))
+        if txn.exists():
+            durability.rename(txn, renamed(txn))
+
+    def delete_files(self) -> None:
+        """Close and unlink every file of the segment (whatever its current suffix)."""
+        txn = self.txn_index_path()
+        self.close_handles()
+        for path in (self.log.path, self.offset_index.path, self.time_index.path, txn):
+            path.unlink(missing_ok=True)
+
+    def sanity_check(self) -> None:
+        """Index files consistent with the log; raises CorruptIndexError otherwise."""
+        self.offset_index.sanity_check(self.log.size_bytes)
+        self.time_index.sanity_check(self.next_offset())
