@@ -1,1 +1,2 @@
-"""The `logkeeper` console script: dispatches to the packages, importing each inside its subcommand."""
+"""The ``logkeeper`` console script: dispatches to the packages, importing each inside its
+subcommand."""

@@ -23,7 +23,14 @@ from storagecore.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedCompressionError,
 )
-from storagecore.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, FetchResult, Log, LogAppendInfo
+from storagecore.log import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    FetchResult,
+    Log,
+    LogAppendInfo,
+)
 from storagecore.log_manager import LogManager
 from storagecore.log_validator import AppendOrigin
 from storagecore.records.batch import (

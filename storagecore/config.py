@@ -43,9 +43,7 @@ def validate_topic_name(name: str) -> str:
             f"{MAX_TOPIC_NAME_LENGTH}"
         )
     if not _TOPIC_NAME_RE.match(name):
-        raise ConfigError(
-            f"topic name {name!r} contains characters outside [a-zA-Z0-9._-]"
-        )
+        raise ConfigError(f"topic name {name!r} contains characters outside [a-zA-Z0-9._-]")
     return name
 
 
@@ -154,7 +152,9 @@ class LogConfig:
 
     def to_topic_config(self) -> dict[str, str]:
         """Kafka keys and their values as Kafka prints them (``kafka-configs --describe``)."""
-        return {key: spec.render(getattr(self, spec.field)) for key, spec in TOPIC_CONFIG_KEYS.items()}
+        return {
+            key: spec.render(getattr(self, spec.field)) for key, spec in TOPIC_CONFIG_KEYS.items()
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,7 +335,9 @@ class TopicSpec:
     """The ``spec.config`` mapping as written (Kafka keys), kept for display and round trips."""
 
 
-def topic_spec_from_manifest(manifest: Mapping[str, Any], *, source: str = "<manifest>") -> TopicSpec:
+def topic_spec_from_manifest(
+    manifest: Mapping[str, Any], *, source: str = "<manifest>"
+) -> TopicSpec:
     """Parse one ``Topic`` object; errors name the source and the resource."""
     metadata = manifest.get("metadata") or {}
     resource = f"{source}: Topic {metadata.get('name', '<no name>')!r}"
@@ -354,7 +356,9 @@ def topic_spec_from_manifest(manifest: Mapping[str, Any], *, source: str = "<man
         raise ConfigError(f"{resource}: {exc}") from None
     partitions = spec.get("partitions", 1)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-        raise ConfigError(f"{resource}: spec.partitions must be an integer >= 1, got {partitions!r}")
+        raise ConfigError(
+            f"{resource}: spec.partitions must be an integer >= 1, got {partitions!r}"
+        )
     raw_config = spec.get("config") or {}
     if not isinstance(raw_config, Mapping):
         raise ConfigError(f"{resource}: spec.config must be a mapping of Kafka topic keys")
@@ -389,7 +393,9 @@ def parse_topic_manifests(text: str, *, source: str = "<topics>") -> dict[str, T
         if not isinstance(document, Mapping):
             raise ConfigError(f"{source}: every YAML document must be a mapping")
         if document.get("kind") == "List":
-            objects.extend(item for item in document.get("items") or [] if isinstance(item, Mapping))
+            objects.extend(
+                item for item in document.get("items") or [] if isinstance(item, Mapping)
+            )
         else:
             objects.append(document)
     topics: dict[str, TopicSpec] = {}

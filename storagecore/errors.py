@@ -6,7 +6,8 @@ topic-partition, the file, the byte position, the offset, the config key. Progra
 broken invariant) are ``AssertionError`` and are never caught::
 
     * StorageError
-      x CorruptRecordError          bad CRC, length, magic, count; recovery truncates, append rejects
+      x CorruptRecordError          bad CRC, length, magic, count: recovery truncates,
+                                    the append path rejects
         x UnsupportedCompressionError  codec id outside 0..4
       x InvalidRecordError          well-formed but not acceptable (null key on a compacted topic,
                                     timestamp out of range, control batch from a client, ...)

@@ -93,7 +93,13 @@ def load_log(
                 and path.name.endswith(files.SEGMENT_SUFFIXES)
                 and low <= files.offset_from_file_name(path.name) < high
             ):
-                logger.info("%s Deleting %s, replaced by swap segments [%d, %d)", prefix, path.name, low, high)
+                logger.info(
+                    "%s Deleting %s, replaced by swap segments [%d, %d)",
+                    prefix,
+                    path.name,
+                    low,
+                    high,
+                )
                 path.unlink()
     for path in swap_files:
         target = path.with_name(path.name[: -len(files.SWAP_SUFFIX)])
@@ -153,7 +159,9 @@ def load_log(
                 for later in segments[position + 1 :]:
                     logger.warning(
                         "%s Deleting segment %d after the corrupt tail of segment %d",
-                        prefix, later.base_offset, segment.base_offset,
+                        prefix,
+                        later.base_offset,
+                        segment.base_offset,
                     )
                     later.delete_files()
                 del segments[position + 1 :]
@@ -166,7 +174,9 @@ def load_log(
         if next_offset < log_start_offset:
             logger.warning(
                 "%s Log end offset %d is below the log start offset %d: deleting all segments",
-                prefix, next_offset, log_start_offset,
+                prefix,
+                next_offset,
+                log_start_offset,
             )
             for segment in segments:
                 segment.delete_files()
@@ -182,7 +192,11 @@ def load_log(
     loaded_recovery_point = max(loaded_recovery_point, min(start_offset, next_offset))
     logger.info(
         "%s Loaded %d segments: log start %d, log end %d, recovery point %d%s",
-        prefix, len(segments), start_offset, next_offset, loaded_recovery_point,
+        prefix,
+        len(segments),
+        start_offset,
+        next_offset,
+        loaded_recovery_point,
         "" if had_clean_shutdown else " (unclean shutdown)",
     )
     return LoadedLog(
@@ -210,7 +224,9 @@ def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> l
             path.unlink()
         elif name.endswith(files.CLEANED_SUFFIX) and files.is_segment_file_name(name):
             offset = files.offset_from_file_name(name)
-            min_cleaned_offset = offset if min_cleaned_offset is None else min(min_cleaned_offset, offset)
+            min_cleaned_offset = (
+                offset if min_cleaned_offset is None else min(min_cleaned_offset, offset)
+            )
             cleaned_files.append(path)
         elif name.endswith(files.SWAP_SUFFIX) and files.is_segment_file_name(name):
             swap_files.append(path)
@@ -219,10 +235,15 @@ def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> l
         path.unlink()
     valid: list[Path] = []
     for path in swap_files:
-        if min_cleaned_offset is not None and files.offset_from_file_name(path.name) >= min_cleaned_offset:
+        if (
+            min_cleaned_offset is not None
+            and files.offset_from_file_name(path.name) >= min_cleaned_offset
+        ):
             logger.info(
                 "%s Deleting invalid swap file %s (min cleaned offset %d)",
-                prefix, path.name, min_cleaned_offset,
+                prefix,
+                path.name,
+                min_cleaned_offset,
             )
             path.unlink()
         else:

@@ -28,6 +28,7 @@ from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import LogDirOfflineError, OffsetOutOfRangeError, RecordTooLargeError
 from storagecore.index import TimestampOffset
+from storagecore.loader import load_log
 from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
 from storagecore.records.batch import Record, iter_complete_batches
 from storagecore.records.layout import NO_TIMESTAMP
@@ -120,8 +121,6 @@ class Log:
         on_io_error: IoErrorCallback | None = None,
     ) -> Log:
         """Load (and if needed recover) the log in ``directory``, creating it if absent."""
-        from storagecore.loader import load_log
-
         tp = files.parse_partition_dir_name(directory.name)
         directory.mkdir(parents=True, exist_ok=True)
         loaded = load_log(
@@ -283,7 +282,9 @@ class Log:
             now_ms=now_ms,
         )
         if segment.should_roll(params):
-            logger.debug("%s: rolling segment %d (size %d)", self.tp, segment.base_offset, segment.size_bytes)
+            logger.debug(
+                "%s: rolling segment %d (size %d)", self.tp, segment.base_offset, segment.size_bytes
+            )
             return self._roll(first_offset)
         return segment
 
@@ -299,7 +300,9 @@ class Log:
         if active.base_offset == new_offset:
             if active.size_bytes == 0:
                 return active  # KAFKA-6388: an empty active segment at that base is reused
-            raise AssertionError(f"{self.tp}: a segment with base offset {new_offset} already exists")
+            raise AssertionError(
+                f"{self.tp}: a segment with base offset {new_offset} already exists"
+            )
         for path in (
             files.log_file(self.directory, new_offset),
             files.index_file(self.directory, new_offset),
@@ -329,7 +332,7 @@ class Log:
         jitter = self._config.segment_jitter_ms
         if jitter <= 0:
             return 0
-        return random.randrange(min(jitter, self._config.segment_ms))  # noqa: S311 - not crypto
+        return random.randrange(min(jitter, self._config.segment_ms))
 
     # -- flush ---------------------------------------------------------------------------------
     def flush(self, offset: int | None = None) -> None:
@@ -396,8 +399,12 @@ class Log:
             return result(b"")
 
     def records(
-        self, start_offset: int | None = None, end_offset: int | None = None, *,
-        include_control: bool = False, fetch_bytes: int = 1 << 20,
+        self,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        *,
+        include_control: bool = False,
+        fetch_bytes: int = 1 << 20,
     ) -> Iterator[Record]:
         """Every record in ``[start_offset, end_offset)``, decoded (a convenience over read)."""
         offset = self._log_start_offset if start_offset is None else start_offset
@@ -468,7 +475,10 @@ class Log:
                 return False
             logger.info(
                 "%s: incrementing log start offset from %d to %d (%s)",
-                self.tp, self._log_start_offset, new_log_start_offset, reason,
+                self.tp,
+                self._log_start_offset,
+                new_log_start_offset,
+                reason,
             )
             self._log_start_offset = new_log_start_offset
             self._recovery_point = max(self._recovery_point, new_log_start_offset)
@@ -508,8 +518,11 @@ class Log:
             for segment in doomed:
                 logger.info(
                     "%s: deleting segment %d (%d bytes, largest timestamp %d): %s",
-                    self.tp, segment.base_offset, segment.size_bytes,
-                    segment.max_timestamp_so_far, reason,
+                    self.tp,
+                    segment.base_offset,
+                    segment.size_bytes,
+                    segment.max_timestamp_so_far,
+                    reason,
                 )
                 segment.change_file_suffixes("", files.DELETED_SUFFIX)
                 self._pending_deletes.append(_PendingDelete(due_ms, segment))

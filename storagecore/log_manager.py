@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from storagecore import durability, files
@@ -88,6 +88,7 @@ class LogManager:
         self._dirs: dict[Path, _LogDir] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._pending_dir_deletes: list[_PendingDirDelete] = []
+        self._closed = False
         paths = [Path(p).resolve() for p in log_dirs]
         if not paths:
             raise ConfigError("at least one log directory is required")
@@ -157,20 +158,16 @@ class LogManager:
                 if log.parent_dir == path:
                     log.mark_offline()
 
-    def _guard_dir(self, path: Path, what: str) -> contextlib.AbstractContextManager[None]:
-        manager = self
-
-        @contextlib.contextmanager
-        def guard() -> object:
-            if not manager._dirs[path].online:
-                raise LogDirOfflineError(f"{what}: log directory {path} is offline")
-            try:
-                yield
-            except OSError as exc:
-                manager.handle_io_error(path, exc)
-                raise LogDirOfflineError(f"{what} failed in {path}: {exc}") from exc
-
-        return guard()  # type: ignore[return-value]
+    @contextlib.contextmanager
+    def _guard_dir(self, path: Path, what: str) -> Iterator[None]:
+        """Run an operation on ``path``; an OSError takes the dir offline."""
+        if not self._dirs[path].online:
+            raise LogDirOfflineError(f"{what}: log directory {path} is offline")
+        try:
+            yield
+        except OSError as exc:
+            self.handle_io_error(path, exc)
+            raise LogDirOfflineError(f"{what} failed in {path}: {exc}") from exc
 
     # -- loading -------------------------------------------------------------------------------
     def _read_checkpoint(self, path: Path) -> dict[TopicPartition, int]:
@@ -208,7 +205,10 @@ class LogManager:
             jobs.append((tp, child))
         clean = log_dir.had_clean_shutdown
         logger.info(
-            "Loading %d logs from %s (%s shutdown)", len(jobs), log_dir.path, "clean" if clean else "unclean"
+            "Loading %d logs from %s (%s shutdown)",
+            len(jobs),
+            log_dir.path,
+            "clean" if clean else "unclean",
         )
 
         def load(job: tuple[TopicPartition, Path]) -> Log:
@@ -239,7 +239,9 @@ class LogManager:
     def get_log(self, tp: TopicPartition) -> Log:
         log = self._logs.get(tp)
         if log is None:
-            raise UnknownTopicOrPartitionError(f"no log for {tp} in {', '.join(map(str, self._dirs))}")
+            raise UnknownTopicOrPartitionError(
+                f"no log for {tp} in {', '.join(map(str, self._dirs))}"
+            )
         return log
 
     def find_log(self, tp: TopicPartition) -> Log | None:
@@ -306,7 +308,9 @@ class LogManager:
             return target
 
     def _schedule_dir_delete(self, path: Path, *, delay_ms: int) -> None:
-        self._pending_dir_deletes.append(_PendingDirDelete(self.clock.milliseconds() + delay_ms, path))
+        self._pending_dir_deletes.append(
+            _PendingDirDelete(self.clock.milliseconds() + delay_ms, path)
+        )
 
     def delete_expired_logs(self) -> int:
         """kafka-delete-logs: remove ``-delete`` dirs whose delay passed. Returns how many."""
@@ -360,7 +364,9 @@ class LogManager:
 
     def _checkpoint_dir(self, path: Path) -> None:
         with self._guard_dir(path, f"checkpoint {path}"):
-            logs = [log for log in self._logs.values() if log.parent_dir == path and not log.offline]
+            logs = [
+                log for log in self._logs.values() if log.parent_dir == path and not log.offline
+            ]
             OffsetCheckpointFile(path / files.RECOVERY_POINT_CHECKPOINT).write(
                 {log.tp: log.recovery_point for log in logs}
             )
@@ -377,6 +383,9 @@ class LogManager:
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints and the clean-shutdown marker per dir."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             for log_dir in self._dirs.values():
                 if not log_dir.online:
                     for log in self._logs.values():
@@ -405,6 +414,7 @@ class LogManager:
     def close_without_shutdown(self) -> None:
         """Release handles and locks without flushing or marking a clean shutdown (a crash)."""
         with self._lock:
+            self._closed = True
             for log in self._logs.values():
                 log.close_handles()
             self._logs.clear()

@@ -115,14 +115,19 @@ def validate_and_assign_offsets(
         if scan.problem is not None:
             raise InvalidRecordError(f"{where}: {scan.problem}") from None
         if origin is AppendOrigin.CLIENT and not scan.offsets_sequential:
-            raise InvalidRecordError(f"{where}: record offset deltas are not 0..{batch.records_count - 1}")
+            raise InvalidRecordError(
+                f"{where}: record offset deltas are not 0..{batch.records_count - 1}"
+            )
         if config.compact and scan.null_key_count and not batch.is_control:
             raise InvalidRecordError(
                 f"{where}: compacted topic cannot accept a record without a key "
                 f"({scan.null_key_count} null keys)"
             )
         if timestamp_type is TimestampType.CREATE_TIME and batch.records_count:
-            if batch.timestamp_type is TimestampType.LOG_APPEND_TIME and origin is AppendOrigin.CLIENT:
+            if (
+                batch.timestamp_type is TimestampType.LOG_APPEND_TIME
+                and origin is AppendOrigin.CLIENT
+            ):
                 raise InvalidRecordError(f"{where}: producers must send CreateTime batches")
             _check_timestamps(scan.min_timestamp, scan.max_timestamp, config, now_ms, where)
 
@@ -166,14 +171,18 @@ def validate_and_assign_offsets(
         shallow_offset_of_max_timestamp=offset_of_max if offset_of_max >= 0 else counter - 1,
         record_count=record_count,
         batch_count=batch_count,
-        log_append_time=now_ms if timestamp_type is TimestampType.LOG_APPEND_TIME else layout.NO_TIMESTAMP,
+        log_append_time=now_ms
+        if timestamp_type is TimestampType.LOG_APPEND_TIME
+        else layout.NO_TIMESTAMP,
     )
 
 
 def _check_batch_shape(batch: RecordBatch, origin: AppendOrigin, where: str) -> None:
     if origin is AppendOrigin.CLIENT:
         if batch.base_offset != 0:
-            raise InvalidRecordError(f"{where}: producers must send base offset 0, got {batch.base_offset}")
+            raise InvalidRecordError(
+                f"{where}: producers must send base offset 0, got {batch.base_offset}"
+            )
         if batch.records_count <= 0 or batch.last_offset_delta + 1 != batch.records_count:
             raise InvalidRecordError(
                 f"{where}: record count {batch.records_count} does not match last offset delta "

@@ -35,7 +35,7 @@ class RollParams:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FetchData:
-    """A raw byte range of a ``.log``: whole batches from ``position``, the last one possibly cut."""
+    """A raw byte range of a ``.log``: whole batches from ``position``, the last possibly cut."""
 
     fetch_offset: int
     segment_base_offset: int
@@ -45,7 +45,7 @@ class FetchData:
 
 
 class LogSegment:
-    def __init__(
+    def __init__(  # noqa: PLR0917 - Kafka's constructor, called only by open() and tests
         self,
         log: FileRecords,
         offset_index: OffsetIndex,
@@ -99,7 +99,13 @@ class LogSegment:
             writable=writable_indexes,
         )
         return cls(
-            log, offset_index, time_index, base_offset, index_interval_bytes, rolling_jitter_ms, now_ms
+            log,
+            offset_index,
+            time_index,
+            base_offset,
+            index_interval_bytes,
+            rolling_jitter_ms,
+            now_ms,
         )
 
     @property
@@ -116,7 +122,10 @@ class LogSegment:
         )
 
     def __repr__(self) -> str:
-        return f"LogSegment(base_offset={self.base_offset}, size={self.size_bytes}, path={self.log.path})"
+        return (
+            f"LogSegment(base_offset={self.base_offset}, size={self.size_bytes}, "
+            f"path={self.log.path})"
+        )
 
     # -- offsets -----------------------------------------------------------------------------
     def can_convert_to_relative_offset(self, offset: int) -> bool:
@@ -210,7 +219,10 @@ class LogSegment:
             return FetchData(start_offset, self.base_offset, header.position, b"", True)
         fetch_size = min(max_position - header.position, adjusted_max)
         return FetchData(
-            start_offset, self.base_offset, header.position, self.log.read(header.position, fetch_size)
+            start_offset,
+            self.base_offset,
+            header.position,
+            self.log.read(header.position, fetch_size),
         )
 
     def find_offset_by_timestamp(
@@ -281,7 +293,7 @@ class LogSegment:
         valid_bytes = 0
         last_index_entry = 0
         expected_min_offset = self.base_offset
-        problem = "end of data"
+        problem = "incomplete batch at the end of the file (torn write)"
         try:
             for position, batch in self.log.batches(0):
                 batch.validate()
@@ -312,7 +324,11 @@ class LogSegment:
         if truncated > 0:
             logger.warning(
                 "Truncating %s to %d bytes, removing %d bytes at position %d: %s",
-                self.log.path, valid_bytes, truncated, valid_bytes, problem,
+                self.log.path,
+                valid_bytes,
+                truncated,
+                valid_bytes,
+                problem,
             )
             self.log.truncate_to(valid_bytes)
         self.offset_index.trim_to_valid_size()
@@ -367,7 +383,11 @@ class LogSegment:
 
         def renamed(path: Path) -> Path:
             name = path.name
-            stem = name[: len(name) - len(old_suffix)] if old_suffix and name.endswith(old_suffix) else name
+            stem = (
+                name[: len(name) - len(old_suffix)]
+                if old_suffix and name.endswith(old_suffix)
+                else name
+            )
             return path.with_name(stem + new_suffix)
 
         txn = self.txn_index_path()

@@ -23,7 +23,9 @@ class AbstractIndex:
 
     entry: struct.Struct
 
-    def __init__(self, path: Path, base_offset: int, max_index_size_bytes: int, writable: bool = True) -> None:
+    def __init__(
+        self, path: Path, base_offset: int, max_index_size_bytes: int, writable: bool = True
+    ) -> None:
         self.path = path
         self.base_offset = base_offset
         self._max_index_size_bytes = max_index_size_bytes
@@ -174,5 +176,6 @@ class AbstractIndex:
         length = os.fstat(self._fd).st_size
         if length % self.entry.size:
             raise CorruptIndexError(
-                f"{self.path}: length {length} is not a multiple of the {self.entry.size}-byte entry"
+                f"{self.path}: length {length} is not a multiple of the "
+                f"{self.entry.size}-byte entry"
             )

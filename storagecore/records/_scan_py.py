@@ -39,7 +39,9 @@ def scan_records(payload: bytes, count: int, base_timestamp: int) -> ScanResult:
             length, pos = varint(pos, end, MAX_VARINT_BYTES)
             body_end = pos + length
             if length < 0 or body_end > end:
-                return ScanResult.failed(f"record {index} at byte {start}: length {length} runs past the batch")
+                return ScanResult.failed(
+                    f"record {index} at byte {start}: length {length} runs past the batch"
+                )
             pos += 1  # attributes
             ts_delta, pos = varint(pos, body_end, MAX_VARLONG_BYTES)
             offset_delta, pos = varint(pos, body_end, MAX_VARINT_BYTES)
@@ -70,7 +72,9 @@ def scan_records(payload: bytes, count: int, base_timestamp: int) -> ScanResult:
                     f"{pos - body_end + length}"
                 )
         except (IndexError, OverflowError):
-            return ScanResult.failed(f"record {index} at byte {start}: truncated or overlong varint")
+            return ScanResult.failed(
+                f"record {index} at byte {start}: truncated or overlong varint"
+            )
         timestamp = base_timestamp + ts_delta
         max_ts = max(max_ts, timestamp)
         min_ts = min(min_ts, timestamp)

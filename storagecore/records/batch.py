@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Final
@@ -294,7 +295,8 @@ class RecordBatch:
     def __repr__(self) -> str:
         return (
             f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
-            f"count={self.records_count}, size={self.size_bytes}, codec={self.compression.config_name})"
+            f"count={self.records_count}, size={self.size_bytes}, "
+            f"codec={self.compression.config_name})"
         )
 
 
@@ -354,7 +356,8 @@ def decode_records(
                 )
         except CorruptRecordError as exc:
             raise CorruptRecordError(
-                f"batch at offset {base_offset}, record {index} (byte {start} of the payload): {exc}"
+                f"batch at offset {base_offset}, record {index} "
+                f"(byte {start} of the payload): {exc}"
             ) from exc
         except UnicodeDecodeError as exc:
             raise CorruptRecordError(
@@ -380,7 +383,11 @@ def decode_records(
 
 
 def encode_record(
-    *, offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+    *,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
     headers: Sequence[tuple[str, bytes | None]] = (),
 ) -> bytes:
     """One record body with its length prefix."""
@@ -433,7 +440,7 @@ def build_batch(
         index if record.offset_delta is None else record.offset_delta
         for index, record in enumerate(records)
     ]
-    if any(later <= earlier for earlier, later in zip(deltas, deltas[1:], strict=False)):
+    if any(later <= earlier for earlier, later in itertools.pairwise(deltas)):
         raise ValueError(f"offset deltas must increase strictly, got {deltas}")
     if last_offset_delta is None:
         if not records:
@@ -501,7 +508,9 @@ def build_batch(
         len(records),
     )
     buffer[layout.RECORDS_OFFSET :] = payload
-    _UINT32.pack_into(buffer, layout.CRC_OFFSET, crc32c(memoryview(buffer)[layout.ATTRIBUTES_OFFSET :]))
+    _UINT32.pack_into(
+        buffer, layout.CRC_OFFSET, crc32c(memoryview(buffer)[layout.ATTRIBUTES_OFFSET :])
+    )
     return bytes(buffer)
 
 

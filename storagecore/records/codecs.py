@@ -85,7 +85,9 @@ def compress(codec: Compression, data: bytes, level: int | None = None) -> bytes
     if codec is Compression.SNAPPY:
         parts = [_XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1)]
         for start in range(0, len(data), _XERIAL_BLOCK_INPUT_BYTES):
-            block = bytes(cramjam.snappy.compress_raw(data[start : start + _XERIAL_BLOCK_INPUT_BYTES]))
+            block = bytes(
+                cramjam.snappy.compress_raw(data[start : start + _XERIAL_BLOCK_INPUT_BYTES])
+            )
             parts.append(_XERIAL_BLOCK_LENGTH.pack(len(block)))
             parts.append(block)
         return b"".join(parts)
@@ -105,7 +107,9 @@ def compress(codec: Compression, data: bytes, level: int | None = None) -> bytes
         )
     if codec is Compression.ZSTD:
         zstd_level = DEFAULT_LEVELS[codec] if level is None else level
-        return bytes(zstandard.ZstdCompressor(level=zstd_level, write_content_size=False).compress(data))
+        return bytes(
+            zstandard.ZstdCompressor(level=zstd_level, write_content_size=False).compress(data)
+        )
     raise AssertionError(f"unhandled codec {codec!r}")
 
 

@@ -137,13 +137,20 @@ class FileRecords:
             if position + size > end:
                 return  # torn tail: the declared size runs past the end
             magic = chunk[rel + layout.MAGIC_OFFSET]
-            if size < layout.RECORD_BATCH_OVERHEAD or len(chunk) - rel < layout.RECORD_BATCH_OVERHEAD:
+            if (
+                size < layout.RECORD_BATCH_OVERHEAD
+                or len(chunk) - rel < layout.RECORD_BATCH_OVERHEAD
+            ):
                 # Too short to hold a v2 header: report what we have; validation rejects it.
-                yield BatchHeader(position, base_offset, base_offset, size, layout.NO_TIMESTAMP, magic)
+                yield BatchHeader(
+                    position, base_offset, base_offset, size, layout.NO_TIMESTAMP, magic
+                )
             else:
                 (last_delta,) = _LENGTH.unpack_from(chunk, rel + layout.LAST_OFFSET_DELTA_OFFSET)
                 (max_ts,) = struct.unpack_from(">q", chunk, rel + layout.MAX_TIMESTAMP_OFFSET)
-                yield BatchHeader(position, base_offset, base_offset + last_delta, size, max_ts, magic)
+                yield BatchHeader(
+                    position, base_offset, base_offset + last_delta, size, max_ts, magic
+                )
             position += size
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, RecordBatch]]:

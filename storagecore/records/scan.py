@@ -8,6 +8,7 @@ test suite runs both on the same inputs and asserts which one is loaded.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from typing import Final
@@ -22,18 +23,20 @@ def _select() -> tuple[_Scan, str]:
     if os.environ.get("STORAGECORE_NO_EXTENSIONS", "") not in ("", "0"):
         return _scan_py.scan_records, "python"
     try:
-        from storagecore.records import _scan_c  # type: ignore[attr-defined]
+        native = importlib.import_module("storagecore.records._scan_c")
     except ImportError:
         return _scan_py.scan_records, "python"
+    native_scan = native.scan_records
 
     def scan_native(payload: bytes, count: int, base_timestamp: int) -> ScanResult:
-        return ScanResult(*_scan_c.scan_records(payload, count, base_timestamp))
+        return ScanResult(*native_scan(payload, count, base_timestamp))
 
     return scan_native, "c"
 
 
-scan_records: Final[_Scan]
-IMPLEMENTATION: Final[str]
-scan_records, IMPLEMENTATION = _select()
+_SELECTED = _select()
+scan_records: Final[_Scan] = _SELECTED[0]
+#: "c" or "python": which implementation this process uses (tests assert it).
+IMPLEMENTATION: Final[str] = _SELECTED[1]
 
 __all__ = ["IMPLEMENTATION", "ScanResult", "scan_records"]

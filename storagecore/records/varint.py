@@ -1,8 +1,8 @@
 """Zigzag varints and varlongs as Kafka writes them inside records (protobuf base-128 groups).
 
 Decoders take a buffer and a position and return ``(value, next_position)``; they raise
-:class:`~storagecore.errors.CorruptRecordError` on a truncated or over-long encoding, never read past
-``end``.
+:class:`~storagecore.errors.CorruptRecordError` on a truncated or over-long encoding and never
+read past ``end``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def decode_varlong(buf: bytes | memoryview, pos: int, end: int | None = None) ->
     return _decode(buf, pos, len(buf) if end is None else end, MAX_VARLONG_BYTES, "varlong")
 
 
-def _decode(buf: bytes | memoryview, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+def _decode(
+    buf: bytes | memoryview, pos: int, end: int, max_bytes: int, what: str
+) -> tuple[int, int]:
     result = 0
     shift = 0
     start = pos

@@ -1,0 +1,362 @@
+"""``logkeeper``: one console script, one subcommand per job.
+
+Each subcommand imports what it needs inside its handler, so ``logkeeper dump-log`` never
+imports kopf or pyspark. Errors from storagecore (bad input, corrupt files, locked dirs) are
+printed as one ``logkeeper: error: ...`` line naming the thing, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """\
+examples:
+  logkeeper produce --dir data --topic orders < events.jsonl
+  logkeeper consume --dir data --topic orders --from 0
+  logkeeper dump-log --records data/orders-0/00000000000000000000.log
+  logkeeper verify --dir data
+  logkeeper demo
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="logkeeper",
+        description="Kafka-format topic logs on local or Kubernetes volumes.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def topic_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--dir", required=True, type=Path, help="log directory (created if absent)")
+        p.add_argument("--topic", required=True, help="topic name")
+        p.add_argument("--partition", type=int, default=0, help="partition (default 0)")
+        p.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
+        p.add_argument(
+            "--config",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="Kafka topic config override, repeatable (e.g. segment.bytes=1048576)",
+        )
+
+    p = sub.add_parser(
+        "produce",
+        help="append JSON lines from stdin to a topic-partition",
+        description=(
+            'Reads JSON lines {"key": str|null, "value": str|null, "timestamp": int, '
+            '"headers": {str: str}} from stdin (value null = tombstone; timestamp defaults to '
+            "now), validates all of them, appends them in batches and prints one "
+            '{"partition", "offset"} line per record.'
+        ),
+    )
+    topic_args(p)
+    p.add_argument(
+        "--compression",
+        default="none",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="codec of the batches the producer builds (default none)",
+    )
+    p.add_argument("--batch-records", type=int, default=500, help="records per batch (default 500)")
+
+    p = sub.add_parser(
+        "consume",
+        help="print records of a topic-partition as JSON lines",
+        description=(
+            "Prints one JSON line per record in [--from, --to): offset, timestamp, key, value, "
+            "headers. Keys and values that are not UTF-8 are printed base64-encoded under "
+            "key_b64 / value_b64."
+        ),
+    )
+    topic_args(p)
+    p.add_argument(
+        "--from", dest="start", type=int, default=None, help="first offset (default: log start)"
+    )
+    p.add_argument(
+        "--to", dest="end", type=int, default=None, help="end offset, exclusive (default: log end)"
+    )
+
+    p = sub.add_parser(
+        "dump-log",
+        help="print batches, records, index entries or checkpoints (like kafka-dump-log)",
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help=".log, .index, .timeindex or checkpoint files",
+    )
+    p.add_argument(
+        "--records",
+        "--print-data-log",
+        "--deep-iteration",
+        dest="records",
+        action="store_true",
+        help="also print every record",
+    )
+
+    p = sub.add_parser(
+        "verify",
+        help="check CRCs, indexes and checkpoints of a log directory (read-only)",
+        description="Exit status 0 when no error is found, 1 otherwise; findings go to stdout.",
+    )
+    p.add_argument(
+        "--dir",
+        required=True,
+        type=Path,
+        action="append",
+        help="log dir or partition dir (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = sub.add_parser(
+        "demo", help="run the embedded default: example topics in a local directory, with a report"
+    )
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("demo-data"),
+        help="directory for the demo (default ./demo-data)",
+    )
+    p.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from storagecore.errors import ConfigError, StorageError
+
+    handlers = {
+        "produce": cmd_produce,
+        "consume": cmd_consume,
+        "dump-log": cmd_dump_log,
+        "verify": cmd_verify,
+        "demo": cmd_demo,
+    }
+    try:
+        return handlers[args.command](args)
+    except (StorageError, ConfigError, OSError) as exc:
+        print(f"logkeeper: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # pragma: no cover - e.g. `logkeeper consume | head`
+        return 0
+
+
+def _topic_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The LogConfig of ``args.topic`` and the config of every topic in ``--topics``."""
+    from storagecore.config import (
+        LogConfig,
+        parse_config_assignments,
+        parse_topic_manifests,
+        validate_topic_name,
+    )
+
+    validate_topic_name(args.topic)
+    topics = {}
+    if args.topics is not None:
+        topics = parse_topic_manifests(
+            args.topics.read_text(encoding="utf-8"), source=str(args.topics)
+        )
+    overrides = parse_config_assignments(args.config)
+    spec = topics.get(args.topic)
+    if spec is not None and not 0 <= args.partition < spec.partitions:
+        from storagecore.errors import ConfigError
+
+        raise ConfigError(
+            f"topic {args.topic!r} has {spec.partitions} partitions in {args.topics}; "
+            f"partition {args.partition} does not exist"
+        )
+    base = spec.config if spec is not None else LogConfig()
+    config = LogConfig.from_topic_config(overrides, base=base)
+    configs = {name: t.config for name, t in topics.items()}
+    configs[args.topic] = config
+    return config, configs
+
+
+def _parse_produce_line(line: str, number: int, now_ms: int) -> Any:
+    from storagecore.errors import ConfigError
+    from storagecore.records.batch import NewRecord
+
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"stdin line {number}: not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ConfigError(f"stdin line {number}: expected a JSON object")
+    unknown = set(obj) - {"key", "value", "timestamp", "headers"}
+    if unknown:
+        raise ConfigError(f"stdin line {number}: unknown field(s) {sorted(unknown)}")
+
+    def text(field: str) -> bytes | None:
+        value = obj.get(field)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"stdin line {number}: {field} must be a string or null, got {value!r}"
+            )
+        return value.encode("utf-8")
+
+    timestamp = obj.get("timestamp", now_ms)
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+        raise ConfigError(f"stdin line {number}: timestamp must be a non-negative integer (ms)")
+    headers = obj.get("headers") or {}
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in headers.items()
+    ):
+        raise ConfigError(f"stdin line {number}: headers must map strings to strings")
+    return NewRecord(
+        key=text("key"),
+        value=text("value"),
+        timestamp=timestamp,
+        headers=tuple((k, None if v is None else v.encode("utf-8")) for k, v in headers.items()),
+    )
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from storagecore import Compression, LogManager, SystemClock, TopicPartition
+    from storagecore.errors import ConfigError
+    from storagecore.records.batch import build_batch
+
+    if args.batch_records < 1:
+        raise ConfigError("--batch-records must be >= 1")
+    config, configs = _topic_config(args)
+    compression = Compression.from_name(args.compression)
+    now_ms = SystemClock().milliseconds()
+    records = [
+        _parse_produce_line(line, number, now_ms)
+        for number, line in enumerate(sys.stdin, start=1)
+        if line.strip()
+    ]
+    batches = [
+        build_batch(records[i : i + args.batch_records], compression=compression)
+        for i in range(0, len(records), args.batch_records)
+    ]
+    tp = TopicPartition(args.topic, args.partition)
+    with LogManager([args.dir], config_for=configs) as manager:
+        log = manager.get_or_create_log(tp, config)
+        # Validate every batch against this log before appending any: all or nothing.
+        from storagecore.log_validator import validate_and_assign_offsets
+
+        for batch in batches:
+            validate_and_assign_offsets(
+                batch, tp=tp, config=log.config, next_offset=0, now_ms=log.clock.milliseconds()
+            )
+        out = sys.stdout
+        for batch in batches:
+            info = log.append(batch)
+            for offset in range(info.first_offset, info.last_offset + 1):
+                out.write(json.dumps({"partition": args.partition, "offset": offset}) + "\n")
+    return 0
+
+
+def _json_bytes(record_field: str, data: bytes | None, out: dict[str, Any]) -> None:
+    if data is None:
+        out[record_field] = None
+        return
+    try:
+        out[record_field] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        import base64
+
+        out[record_field + "_b64"] = base64.b64encode(data).decode("ascii")
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from storagecore import LogManager, TopicPartition
+
+    _config, configs = _topic_config(args)
+    tp = TopicPartition(args.topic, args.partition)
+    with LogManager([args.dir], config_for=configs) as manager:
+        log = manager.get_log(tp)
+        for record in log.records(args.start, args.end):
+            line: dict[str, Any] = {"offset": record.offset, "timestamp": record.timestamp}
+            _json_bytes("key", record.key, line)
+            _json_bytes("value", record.value, line)
+            headers: dict[str, Any] = {}
+            for key, value in record.headers:
+                headers[key] = None if value is None else value.decode("utf-8", errors="replace")
+            line["headers"] = headers
+            sys.stdout.write(json.dumps(line) + "\n")
+    return 0
+
+
+def cmd_dump_log(args: argparse.Namespace) -> int:
+    from storagecore.dump import dump_file
+
+    for path in args.paths:
+        for line in dump_file(path, records=args.records):
+            sys.stdout.write(line + "\n")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from storagecore.verify import verify_log_dir
+
+    ok = True
+    reports = []
+    for directory in args.dir:
+        report = verify_log_dir(directory)
+        ok = ok and report.ok
+        reports.append((directory, report))
+    if args.json:
+        payload = [
+            {
+                "dir": str(directory),
+                "ok": report.ok,
+                "findings": [
+                    {"severity": f.severity, "path": str(f.path), "message": f.message}
+                    for f in report.findings
+                ],
+                "partitions": [
+                    {
+                        "topic": p.tp.topic,
+                        "partition": p.tp.partition,
+                        "segments": p.segments,
+                        "batches": p.batches,
+                        "records": p.records,
+                        "size_bytes": p.size_bytes,
+                        "first_offset": p.first_offset,
+                        "next_offset": p.next_offset,
+                    }
+                    for p in report.partitions
+                ],
+            }
+            for directory, report in reports
+        ]
+        print(json.dumps(payload, indent=2))
+    else:
+        for directory, report in reports:
+            for finding in report.findings:
+                print(finding)
+            print(
+                f"{directory}: {len(report.partitions)} partitions, "
+                f"{sum(p.segments for p in report.partitions)} segments, "
+                f"{sum(p.records for p in report.partitions)} records: "
+                f"{'OK' if report.ok else f'{len(report.errors)} error(s)'}"
+            )
+    return 0 if ok else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from logkeeper.demo import run_demo
+
+    return run_demo(args.dir, records=args.records)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

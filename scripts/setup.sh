@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Creates .venv (if absent) and installs the project with the extras named in $1 (default: dev).
+# Sourced by scripts/demo and scripts/test; safe to run again (pip skips what is installed).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+extras="${1:-dev}"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+stamp=".venv/.installed-$(cat pyproject.toml setup.py 2>/dev/null | sha256sum | cut -c1-16)-${extras//,/_}"
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet -e ".[${extras}]"
+  touch "$stamp"
+fi
