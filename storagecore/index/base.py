@@ -99,7 +99,7 @@ class AbstractIndex:
         return self.entry.unpack_from(self._mmap, n * self.entry.size)
 
     def _write_entry(self, values: tuple[int, ...]) -> None:
-        if self.is_full():
+        if self.entries >= self.max_entries:
             raise AssertionError(f"{self.path}: append to a full index ({self.entries} entries)")
         assert self._mmap is not None
         self.entry.pack_into(self._mmap, self.entries * self.entry.size, *values)
