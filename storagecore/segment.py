@@ -310,7 +310,13 @@ class LogSegment:
                 if batch.max_timestamp > self.max_timestamp_so_far:
                     self.max_timestamp_so_far = batch.max_timestamp
                     self.offset_of_max_timestamp_so_far = batch.last_offset
-                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                # A full index (segment.index.bytes lowered since the segment was written)
+                # just stays sparser: lookups remain correct, only slower.
+                if (
+                    valid_bytes - last_index_entry > self.index_interval_bytes
+                    and not self.offset_index.is_full()
+                    and not self.time_index.is_full()
+                ):
                     self.offset_index.append(batch.last_offset, valid_bytes)
                     self.time_index.maybe_append(
                         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
