@@ -10,8 +10,10 @@ The passes, in order; each mirrors a step of a multi-step protocol elsewhere:
 2. **Interrupted swaps.** The remaining ``.swap`` files are complete replacements: delete the
    non-swap segment files whose offsets fall in the swapped range, then strip ``.swap``.
 3. **Segments.** Delete index files without a ``.log`` (orphans). Open every segment. A missing
-   ``.index`` or an index that fails its sanity check is rebuilt from the log (with a warning);
-   a missing ``.timeindex`` is created empty, as Kafka does.
+   ``.index`` or ``.timeindex``, an index that fails its sanity check, or a tail that is not a
+   complete, valid batch is recovered from the log (with a warning). Kafka rebuilds only a missing
+   ``.index`` here and trusts the tail after a clean shutdown; checking costs one header walk from
+   the last index entry and one CRC per segment.
 4. **Recovery** (only without a clean-shutdown marker). From the segment holding the recovery
    point to the end: revalidate every batch, rebuild the indexes, truncate at the first torn or
    corrupt batch and delete every later segment. If the log end is below the checkpointed log
@@ -132,9 +134,18 @@ def load_log(
     truncated_total = 0
     for position, base in enumerate(log_bases):
         index_missing = not files.index_file(directory, base).exists()
+        time_index_missing = not files.time_index_file(directory, base).exists()
         segment = open_segment(base)
         if position < recover_from_index:
-            problem: str | None = "missing offset index" if index_missing else None
+            # Kafka leaves a missing .timeindex empty (retention then falls back to mtime);
+            # rebuilding it keeps time retention and timestamp lookups exact.
+            problem: str | None = (
+                "missing offset index"
+                if index_missing
+                else "missing time index"
+                if time_index_missing
+                else None
+            )
             if problem is None:
                 try:
                     segment.sanity_check()

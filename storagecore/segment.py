@@ -15,6 +15,7 @@ from pathlib import Path
 from storagecore import durability, files
 from storagecore.errors import CorruptRecordError, SegmentOffsetOverflowError
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
+from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords
 from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
 
@@ -411,6 +412,27 @@ class LogSegment:
             path.unlink(missing_ok=True)
 
     def sanity_check(self) -> None:
-        """Index files consistent with the log; raises CorruptIndexError otherwise."""
+        """Indexes consistent with the log and a clean tail, checked cheaply: index bounds and
+        order, then a header walk from the last index entry to the end of the file and the CRC
+        of the last batch. Raises CorruptIndexError or CorruptRecordError."""
         self.offset_index.sanity_check(self.log.size_bytes)
+        start = self.offset_index.lookup(self.offset_index.last_offset).position
+        end = start
+        last: BatchHeader | None = None
+        for header in self.log.batch_headers(start):
+            end = header.position + header.size_bytes
+            last = header
+        if end != self.log.size_bytes:
+            raise CorruptRecordError(
+                f"{self.log.path}: {self.log.size_bytes - end} bytes after the last complete "
+                f"batch at position {end}"
+            )
+        if last is not None:
+            data = self.log.read(last.position, last.size_bytes)
+            RecordBatch(data).validate()
+            if last.base_offset < self.base_offset:
+                raise CorruptRecordError(
+                    f"{self.log.path}: last batch offset {last.base_offset} is below the base"
+                )
+        self._next_offset = last.next_offset if last is not None else self.base_offset
         self.time_index.sanity_check(self.next_offset())
