@@ -261,8 +261,9 @@ class LogManager:
             log = self._logs.get(tp)
             if log is not None:
                 return log
+            name = files.partition_dir_name(tp)  # validates the topic name first
             target = self._next_log_dir()
-            path = target / files.partition_dir_name(tp)
+            path = target / name
             with self._guard_dir(target, f"create log {tp}"):
                 path.mkdir()
                 durability.fsync_dir(target)

@@ -68,3 +68,13 @@ def batch(
 
 
 TP = TopicPartition("topic", 0)
+
+
+def break_disk(log: object) -> None:
+    """Make the active segment's writes fail with EBADF, as a dead disk would: the descriptor is
+    swapped for a read-only one (closing the real one outright would let the number be reused
+    by another file and spread the fault)."""
+    records = log.active_segment.log  # type: ignore[attr-defined]
+    read_only = os.open(records.path, os.O_RDONLY)
+    os.close(records._fd)
+    records._fd = read_only

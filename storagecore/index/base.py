@@ -9,6 +9,7 @@ segment that recovery touches and sanity-checks the others.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from storagecore import durability
 from storagecore.errors import CorruptIndexError
+
+logger = logging.getLogger(__name__)
 
 
 class AbstractIndex:
@@ -155,14 +158,17 @@ class AbstractIndex:
         self._fd = -1
 
     def close_without_trim(self) -> None:
-        """Close handles only (the loader's throw-away opens, and crash simulations in tests)."""
+        """Close handles only (an offline dir, the loader's throw-away opens, crash tests)."""
         if self._fd < 0:
             return
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
-        os.close(self._fd)
-        self._fd = -1
+        fd, self._fd = self._fd, -1
+        try:
+            if self._mmap is not None:
+                self._mmap.close()
+                self._mmap = None
+            os.close(fd)
+        except (OSError, ValueError) as exc:
+            logger.warning("Closing %s failed: %s", self.path, exc)
 
     def rename_to(self, target: Path) -> None:
         durability.rename(self.path, target)

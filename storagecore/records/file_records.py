@@ -10,6 +10,7 @@ declared size running past the end, is the end of the data (a torn tail); a decl
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import struct
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from storagecore import durability
 from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
+
+logger = logging.getLogger(__name__)
 
 _LENGTH: Final = struct.Struct(">i")
 _HEADER_PREFIX: Final = struct.Struct(">qi")  # base_offset, batch_length
@@ -93,9 +96,13 @@ class FileRecords:
         return removed
 
     def close(self) -> None:
+        """Close the descriptor; best effort, because a failing disk may refuse even that."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            try:
+                os.close(fd)
+            except OSError as exc:
+                logger.warning("Closing %s failed: %s", self.path, exc)
 
     @property
     def closed(self) -> bool:

@@ -30,7 +30,7 @@ from storagecore import (
 from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
 from storagecore.records.batch import TimestampType, iter_complete_batches
-from tests.conftest import START_MS, batch, records
+from tests.conftest import START_MS, batch, break_disk, records
 
 
 def open_log(tmp_path: Path, clock: ManualClock, **config: Any) -> Log:
@@ -318,7 +318,7 @@ def test_io_error_takes_the_log_offline(tmp_path: Path, clock: ManualClock) -> N
     failures: list[tuple[Path, OSError]] = []
     log = Log.open(tmp_path / "topic-0", LogConfig(), clock, on_io_error=lambda d, e: failures.append((d, e)))
     log.append(batch(1))
-    os.close(log.active_segment.log.fd)  # the disk goes away under the log
+    break_disk(log)  # the disk goes away under the log
     with pytest.raises(LogDirOfflineError, match="is now offline"):
         log.append(batch(1))
     assert failures and failures[0][0] == tmp_path

@@ -1,0 +1,194 @@
+"""LogManager over several log dirs (Kafka LogManagerTest scenarios, kafka-log-layer.md §5.4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storagecore import (
+    LogConfig,
+    LogDirLockedError,
+    LogDirOfflineError,
+    LogManager,
+    ManualClock,
+    StorageError,
+    TopicPartition,
+    UnknownTopicOrPartitionError,
+)
+from storagecore import files
+from storagecore.checkpoints import OffsetCheckpointFile
+from tests.conftest import batch, break_disk
+
+pytestmark = pytest.mark.integration
+
+
+def test_second_process_on_the_same_dir_fails_clearly(tmp_path: Path, clock: ManualClock) -> None:
+    with LogManager([tmp_path / "d"], clock=clock):
+        code = (
+            "import sys\nfrom storagecore import LogManager, LogDirLockedError\n"
+            "try:\n    LogManager([sys.argv[1]])\nexcept LogDirLockedError as e:\n"
+            "    print(e); sys.exit(3)\n"
+        )
+        result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 3
+        assert f"log directory {tmp_path / 'd'} is locked by another process" in result.stdout
+    with LogManager([tmp_path / "d"], clock=clock):  # released at shutdown
+        pass
+
+
+def test_same_dir_twice_in_one_process(tmp_path: Path, clock: ManualClock) -> None:
+    with LogManager([tmp_path / "d"], clock=clock), pytest.raises(LogDirLockedError):
+        LogManager([tmp_path / "d"], clock=clock)
+
+
+def test_least_loaded_placement(tmp_path: Path, clock: ManualClock) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    with LogManager(dirs, clock=clock) as manager:
+        placed = [manager.get_or_create_log(TopicPartition("t", p)).parent_dir for p in range(6)]
+        assert sorted(placed) == sorted([d.resolve() for d in dirs] * 2)
+        assert manager.get_or_create_log(TopicPartition("t", 0)).parent_dir == placed[0]
+
+
+def test_checkpoints_and_clean_shutdown_marker(tmp_path: Path, clock: ManualClock) -> None:
+    data = tmp_path / "d"
+    with LogManager([data], clock=clock) as manager:
+        log = manager.get_or_create_log(TopicPartition("orders", 0))
+        log.append(batch(10))
+        log.delete_records(4)
+        manager.get_or_create_log(TopicPartition("orders", 1)).append(batch(3))
+    assert (data / files.CLEAN_SHUTDOWN_FILE).exists()
+    assert json.loads((data / files.CLEAN_SHUTDOWN_FILE).read_text()) == {"version": 0, "brokerEpoch": 0}
+    recovery = OffsetCheckpointFile(data / files.RECOVERY_POINT_CHECKPOINT).read()
+    assert recovery == {TopicPartition("orders", 0): 10, TopicPartition("orders", 1): 3}
+    starts = OffsetCheckpointFile(data / files.LOG_START_OFFSET_CHECKPOINT).read()
+    assert starts == {TopicPartition("orders", 0): 4}  # only logs whose start moved
+    with LogManager([data], clock=clock) as manager:
+        assert not (data / files.CLEAN_SHUTDOWN_FILE).exists()  # deleted as loading starts
+        assert manager.get_log(TopicPartition("orders", 0)).log_start_offset == 4
+        assert manager.get_log(TopicPartition("orders", 1)).log_end_offset == 3
+
+
+def test_crash_leaves_no_marker_and_recovery_runs(tmp_path: Path, clock: ManualClock) -> None:
+    data = tmp_path / "d"
+    manager = LogManager([data], clock=clock)
+    log = manager.get_or_create_log(TopicPartition("t", 0))
+    log.append(batch(5))
+    path = log.active_segment.log.path
+    manager.close_without_shutdown()
+    manager.shutdown()  # a no-op after a crash: never writes the marker
+    assert not (data / files.CLEAN_SHUTDOWN_FILE).exists()
+    with path.open("ab") as handle:
+        handle.write(b"\x00" * 100)
+    with LogManager([data], clock=clock) as reopened:
+        assert reopened.get_log(TopicPartition("t", 0)).log_end_offset == 5
+    assert path.stat().st_size == len(batch(5))
+
+
+def test_unreadable_checkpoint_means_recover_everything(tmp_path: Path, clock: ManualClock) -> None:
+    data = tmp_path / "d"
+    with LogManager([data], clock=clock) as manager:
+        manager.get_or_create_log(TopicPartition("t", 0)).append(batch(5))
+    (data / files.RECOVERY_POINT_CHECKPOINT).write_text("garbage\n")
+    (data / files.CLEAN_SHUTDOWN_FILE).unlink()
+    with LogManager([data], clock=clock) as manager:
+        assert manager.get_log(TopicPartition("t", 0)).log_end_offset == 5
+
+
+def test_parallel_load_of_many_logs(tmp_path: Path, clock: ManualClock) -> None:
+    data = tmp_path / "d"
+    with LogManager([data], clock=clock) as manager:
+        for p in range(16):
+            manager.get_or_create_log(TopicPartition("t", p)).append(batch(p + 1))
+    with LogManager([data], clock=clock, recovery_threads_per_dir=4) as manager:
+        assert {tp.partition: log.log_end_offset for tp, log in manager.logs.items()} == {
+            p: p + 1 for p in range(16)
+        }
+
+
+def test_same_partition_in_two_dirs_is_fatal(tmp_path: Path, clock: ManualClock) -> None:
+    for name in ("a", "b"):
+        with LogManager([tmp_path / name], clock=clock) as manager:
+            manager.get_or_create_log(TopicPartition("t", 0)).append(batch(1))
+    with pytest.raises(StorageError, match="duplicate log directories for t-0"):
+        LogManager([tmp_path / "a", tmp_path / "b"], clock=clock)
+    with LogManager([tmp_path / "a"], clock=clock):  # locks were released by the failure
+        pass
+
+
+def test_partition_deletion_is_delayed(tmp_path: Path, clock: ManualClock) -> None:
+    data = tmp_path / "d"
+    config = LogConfig(file_delete_delay_ms=1000)
+    with LogManager([data], clock=clock, default_config=config) as manager:
+        tp = TopicPartition("gone", 0)
+        manager.get_or_create_log(tp).append(batch(3))
+        manager.get_or_create_log(TopicPartition("kept", 0)).append(batch(1))
+        renamed = manager.delete_log(tp)
+        assert renamed.name.startswith("gone-0.") and renamed.name.endswith("-delete")
+        assert renamed.exists() and not (data / "gone-0").exists()
+        with pytest.raises(UnknownTopicOrPartitionError, match="gone-0"):
+            manager.get_log(tp)
+        assert tp not in OffsetCheckpointFile(data / files.RECOVERY_POINT_CHECKPOINT).read()
+        assert manager.delete_expired_logs() == 0
+        clock.advance(1000)
+        assert manager.delete_expired_logs() == 1
+        assert not renamed.exists() and (data / "kept-0").exists()
+
+
+def test_leftover_delete_dirs_are_removed_at_load(tmp_path: Path, clock: ManualClock) -> None:
+    data = tmp_path / "d"
+    with LogManager([data], clock=clock, default_config=LogConfig(file_delete_delay_ms=10**9)) as manager:
+        manager.get_or_create_log(TopicPartition("gone", 0)).append(batch(3))
+        renamed = manager.delete_log(TopicPartition("gone", 0))
+    (data / "not-a-partition").mkdir()
+    (data / "not-a-partition" / "precious").write_text("never touched")
+    with LogManager([data], clock=clock) as manager:
+        assert manager.logs == {}
+        assert manager.delete_expired_logs() == 1
+        assert not renamed.exists()
+    assert (data / "not-a-partition" / "precious").read_text() == "never touched"
+
+
+def test_io_error_takes_only_that_dir_offline(tmp_path: Path, clock: ManualClock) -> None:
+    with LogManager([tmp_path / "a", tmp_path / "b"], clock=clock) as manager:
+        bad = manager.get_or_create_log(TopicPartition("t", 0))
+        good = manager.get_or_create_log(TopicPartition("t", 1))
+        assert bad.parent_dir != good.parent_dir
+        bad.append(batch(1))
+        break_disk(bad)
+        with pytest.raises(LogDirOfflineError):
+            bad.append(batch(1))
+        assert manager.offline_dirs == [bad.parent_dir]
+        assert "Bad file descriptor" in (manager.dir_error(bad.parent_dir) or "")
+        good.append(batch(2))
+        assert good.log_end_offset == 2
+        placed = manager.get_or_create_log(TopicPartition("t", 2))
+        assert placed.parent_dir == good.parent_dir  # new logs avoid the offline dir
+        manager.checkpoint_recovery_points_and_log_start_offsets()
+    assert (good.parent_dir / files.CLEAN_SHUTDOWN_FILE).exists()
+    assert not (bad.parent_dir / files.CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_flush_dirty_logs_by_flush_ms(tmp_path: Path, clock: ManualClock) -> None:
+    with LogManager([tmp_path / "d"], clock=clock, default_config=LogConfig(flush_ms=1000)) as manager:
+        log = manager.get_or_create_log(TopicPartition("t", 0))
+        log.append(batch(4))
+        assert manager.flush_dirty_logs() == 0
+        clock.advance(1000)
+        assert manager.flush_dirty_logs() == 1
+        assert log.recovery_point == 4
+
+
+def test_topic_names_never_escape_the_data_dir(tmp_path: Path, clock: ManualClock) -> None:
+    from storagecore import ConfigError
+
+    with LogManager([tmp_path / "d"], clock=clock) as manager:
+        for bad in ("../evil", "a/b", "..", "."):
+            with pytest.raises(ConfigError):
+                manager.get_or_create_log(TopicPartition(bad, 0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
