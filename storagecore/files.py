@@ -80,7 +80,9 @@ def partition_dir_name(tp: TopicPartition) -> str:
     topic name is checked (a valid name has no ``/`` and is not ``.``/``..``: invariant 5)."""
     validate_topic_name(tp.topic)
     if isinstance(tp.partition, bool) or not isinstance(tp.partition, int) or tp.partition < 0:
-        raise ConfigError(f"partition {tp.partition!r} of topic {tp.topic!r} must be an integer >= 0")
+        raise ConfigError(
+            f"partition {tp.partition!r} of topic {tp.topic!r} must be an integer >= 0"
+        )
     return f"{tp.topic}-{tp.partition}"
 
 

@@ -13,7 +13,11 @@ from storagecore import LogConfig, LogManager, ManualClock, NewRecord, TopicPart
 from storagecore.records.codecs import Compression
 
 settings.register_profile(
-    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    "ci",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
 )
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.register_profile("long", max_examples=1000, deadline=None)
@@ -33,7 +37,9 @@ def manager_factory(tmp_path: Path, clock: ManualClock) -> Iterator[object]:
     opened: list[LogManager] = []
 
     def make(config: LogConfig | None = None, dirs: list[Path] | None = None) -> LogManager:
-        manager = LogManager(dirs or [tmp_path / "data"], default_config=config or LogConfig(), clock=clock)
+        manager = LogManager(
+            dirs or [tmp_path / "data"], default_config=config or LogConfig(), clock=clock
+        )
         opened.append(manager)
         return manager
 

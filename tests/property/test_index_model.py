@@ -43,7 +43,9 @@ def test_offset_index_matches_sorted_map(
             assert tuple(index.lookup(target)) == expected
         index.close()
         reopened = OffsetIndex(Path(tmp) / "x.index", BASE, 80 * 8, writable=False)
-        assert [tuple(reopened.entry_at(n)) for n in range(reopened.entries)] == sorted(model.items())
+        assert [tuple(reopened.entry_at(n)) for n in range(reopened.entries)] == sorted(
+            model.items()
+        )
         reopened.close()
 
 

@@ -20,17 +20,32 @@ pytestmark = pytest.mark.integration
 CONFIG = LogConfig(segment_bytes=1024, index_interval_bytes=64, segment_index_bytes=4096)
 
 
-def write_log(directory: Path, clock: ManualClock, batches: int = 30, config: LogConfig = CONFIG) -> Log:
+def write_log(
+    directory: Path, clock: ManualClock, batches: int = 30, config: LogConfig = CONFIG
+) -> Log:
     log = Log.open(directory, config, clock)
     for i in range(batches):
         log.append(batch(2, value_size=30, start_ms=START_MS + i * 10, key_prefix=f"b{i}"))
     return log
 
 
-def reopen(directory: Path, clock: ManualClock, *, clean: bool, recovery_point: int = 0,
-           log_start_offset: int = 0, config: LogConfig = CONFIG) -> Log:
-    return Log.open(directory, config, clock, recovery_point=recovery_point,
-                    log_start_offset=log_start_offset, had_clean_shutdown=clean)
+def reopen(
+    directory: Path,
+    clock: ManualClock,
+    *,
+    clean: bool,
+    recovery_point: int = 0,
+    log_start_offset: int = 0,
+    config: LogConfig = CONFIG,
+) -> Log:
+    return Log.open(
+        directory,
+        config,
+        clock,
+        recovery_point=recovery_point,
+        log_start_offset=log_start_offset,
+        had_clean_shutdown=clean,
+    )
 
 
 def snapshot(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -54,6 +69,7 @@ def crash(log: Log) -> None:
 
 # -- clean and unclean shutdown ----------------------------------------------------------------
 
+
 def test_clean_shutdown_skips_recovery(directory: Path, clock: ManualClock) -> None:
     log = write_log(directory, clock)
     expected = snapshot(log)
@@ -64,7 +80,9 @@ def test_clean_shutdown_skips_recovery(directory: Path, clock: ManualClock) -> N
     assert reloaded.recovery_point == reloaded.log_end_offset == 60
 
 
-def test_unclean_shutdown_recovers_from_the_recovery_point(directory: Path, clock: ManualClock) -> None:
+def test_unclean_shutdown_recovers_from_the_recovery_point(
+    directory: Path, clock: ManualClock
+) -> None:
     log = write_log(directory, clock)
     expected = snapshot(log)
     recovery_point = log.recovery_point
@@ -72,8 +90,15 @@ def test_unclean_shutdown_recovers_from_the_recovery_point(directory: Path, cloc
     crash(log)
     from storagecore.loader import load_log
 
-    loaded = load_log(directory, log.tp, CONFIG, clock, recovery_point=recovery_point,
-                      log_start_offset=0, had_clean_shutdown=False)
+    loaded = load_log(
+        directory,
+        log.tp,
+        CONFIG,
+        clock,
+        recovery_point=recovery_point,
+        log_start_offset=0,
+        had_clean_shutdown=False,
+    )
     assert loaded.recovered_segments == 1  # only the active segment was past the recovery point
     for segment in loaded.segments:
         segment.close()
@@ -82,7 +107,9 @@ def test_unclean_shutdown_recovers_from_the_recovery_point(directory: Path, cloc
     assert reloaded.recovery_point == recovery_point
 
 
-def test_recovery_rebuilds_the_preallocated_active_index(directory: Path, clock: ManualClock) -> None:
+def test_recovery_rebuilds_the_preallocated_active_index(
+    directory: Path, clock: ManualClock
+) -> None:
     log = write_log(directory, clock)
     active = log.active_segment.offset_index.path
     crash(log)
@@ -94,6 +121,7 @@ def test_recovery_rebuilds_the_preallocated_active_index(directory: Path, clock:
 
 
 # -- damaged tails -----------------------------------------------------------------------------
+
 
 def _active_log_file(log: Log) -> Path:
     return log.active_segment.log.path
@@ -154,15 +182,25 @@ def test_flipped_crc_byte_mid_log_truncates_there_and_drops_later_segments(
     later = [s.base_offset for s in segments[2:]]
     crash(log)
     data = bytearray(victim_path.read_bytes())
-    headers = list(LogSegment.open(directory, victim.base_offset, index_interval_bytes=64,
-                                   max_index_size_bytes=4096, now_ms=0, writable_indexes=False)
-                   .log.batch_headers())
+    headers = list(
+        LogSegment.open(
+            directory,
+            victim.base_offset,
+            index_interval_bytes=64,
+            max_index_size_bytes=4096,
+            now_ms=0,
+            writable_indexes=False,
+        ).log.batch_headers()
+    )
     third = headers[2]
     data[third.position + 40] ^= 0xFF  # under the CRC of the third batch
     victim_path.write_bytes(bytes(data))
     reloaded = reopen(directory, clock, clean=False, recovery_point=0)
     assert reloaded.log_end_offset == third.base_offset
-    assert [s.base_offset for s in reloaded.segments] == [segments[0].base_offset, victim.base_offset]
+    assert [s.base_offset for s in reloaded.segments] == [
+        segments[0].base_offset,
+        victim.base_offset,
+    ]
     for base in later:
         assert not files.log_file(directory, base).exists()
     assert [r.offset for r in reloaded.records()] == list(range(third.base_offset))
@@ -185,6 +223,7 @@ def test_corruption_below_the_recovery_point_is_found_after_a_clean_shutdown(
 
 # -- indexes -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("suffix", [files.INDEX_SUFFIX, files.TIME_INDEX_SUFFIX])
 def test_missing_indexes_are_rebuilt(directory: Path, clock: ManualClock, suffix: str) -> None:
     log = write_log(directory, clock)
@@ -201,7 +240,9 @@ def test_missing_indexes_are_rebuilt(directory: Path, clock: ManualClock, suffix
     assert all(p.exists() for p in directory.glob("*.log") for p in [p.with_suffix(suffix)])
 
 
-def test_garbage_indexes_below_the_recovery_point_are_rebuilt(directory: Path, clock: ManualClock) -> None:
+def test_garbage_indexes_below_the_recovery_point_are_rebuilt(
+    directory: Path, clock: ManualClock
+) -> None:
     log = write_log(directory, clock)
     expected = snapshot(log)
     log.flush()
@@ -232,12 +273,15 @@ def test_obsolete_deleted_files_are_removed(directory: Path, clock: ManualClock)
         path.rename(path.with_name(path.name + ".deleted"))
     (directory / "leader-epoch-checkpoint.checkpoint.deleted").write_text("keep")
     reloaded = reopen(directory, clock, clean=True)
-    assert not any(n.endswith(".log.deleted") or n.endswith(".index.deleted") for n in names(directory))
+    assert not any(
+        n.endswith(".log.deleted") or n.endswith(".index.deleted") for n in names(directory)
+    )
     assert "leader-epoch-checkpoint.checkpoint.deleted" in names(directory)
     assert reloaded.log_start_offset == reloaded.segments[0].base_offset > 0
 
 
 # -- log start offset --------------------------------------------------------------------------
+
 
 def test_log_end_below_log_start_deletes_everything(directory: Path, clock: ManualClock) -> None:
     """Kafka testLogEndLessThanStartAfterReopen."""
@@ -256,7 +300,7 @@ def test_checkpointed_log_start_offset_is_kept(directory: Path, clock: ManualClo
     log.close()
     reloaded = reopen(directory, clock, clean=True, log_start_offset=7)
     assert reloaded.log_start_offset == 7
-    assert [r.offset for r in reloaded.records()][0] == 7
+    assert next(r.offset for r in reloaded.records()) == 7
 
 
 def test_empty_directory_gets_one_segment(directory: Path, clock: ManualClock) -> None:
@@ -267,16 +311,25 @@ def test_empty_directory_gets_one_segment(directory: Path, clock: ManualClock) -
 
 # -- clean-and-swap crash states (LocalLog.replaceSegments) ------------------------------------
 
+
 def _cleaned_copy(directory: Path, log: Log, olds: list[LogSegment], suffix: str) -> list[int]:
     """Write what a cleaner would: new segments (one per old one) keeping every other batch,
     named with ``suffix``. Returns the new base offsets."""
     bases = []
     for old in olds:
-        new = LogSegment.open(directory, old.base_offset, index_interval_bytes=64,
-                              max_index_size_bytes=4096, now_ms=0, suffix=suffix)
+        new = LogSegment.open(
+            directory,
+            old.base_offset,
+            index_interval_bytes=64,
+            max_index_size_bytes=4096,
+            now_ms=0,
+            suffix=suffix,
+        )
         for i, (_, kept) in enumerate(old.log.batches()):
             if i % 2 == 0:
-                new.append(kept.last_offset, kept.max_timestamp, kept.last_offset, bytes(kept.buffer))
+                new.append(
+                    kept.last_offset, kept.max_timestamp, kept.last_offset, bytes(kept.buffer)
+                )
         new.on_become_inactive_segment()
         new.flush()
         new.close()
@@ -295,7 +348,9 @@ def _expected_after_swap(log: Log, olds: list[LogSegment]) -> list[int]:
 
 
 @pytest.fixture
-def swap_setup(directory: Path, clock: ManualClock) -> tuple[Log, list[LogSegment], list[int], list[int]]:
+def swap_setup(
+    directory: Path, clock: ManualClock
+) -> tuple[Log, list[LogSegment], list[int], list[int]]:
     log = write_log(directory, clock)
     log.flush()
     olds = log.segments[:2]
@@ -322,22 +377,30 @@ def _offsets_after_reload(directory: Path, clock: ManualClock) -> list[int]:
     return offsets
 
 
-def test_swap_phase1_only_cleaned_files_abort(directory: Path, clock: ManualClock, swap_setup) -> None:  # type: ignore[no-untyped-def]
+def test_swap_phase1_only_cleaned_files_abort(
+    directory: Path, clock: ManualClock, swap_setup
+) -> None:  # type: ignore[no-untyped-def]
     log, olds, original, _ = swap_setup
     _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
     log.close()
     assert _offsets_after_reload(directory, clock) == original
 
 
-def test_swap_phase2_partially_renamed_to_swap_aborts(directory: Path, clock: ManualClock, swap_setup) -> None:  # type: ignore[no-untyped-def]
+def test_swap_phase2_partially_renamed_to_swap_aborts(
+    directory: Path, clock: ManualClock, swap_setup
+) -> None:  # type: ignore[no-untyped-def]
     log, olds, original, _ = swap_setup
     bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
     log.close()
-    _rename(directory, bases[-1], files.CLEANED_SUFFIX, files.SWAP_SUFFIX)  # descending order: last first
+    _rename(
+        directory, bases[-1], files.CLEANED_SUFFIX, files.SWAP_SUFFIX
+    )  # descending order: last first
     assert _offsets_after_reload(directory, clock) == original
 
 
-def test_swap_phase3_all_swap_files_complete(directory: Path, clock: ManualClock, swap_setup) -> None:  # type: ignore[no-untyped-def]
+def test_swap_phase3_all_swap_files_complete(
+    directory: Path, clock: ManualClock, swap_setup
+) -> None:  # type: ignore[no-untyped-def]
     log, olds, _, expected = swap_setup
     bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
     log.close()
@@ -346,7 +409,9 @@ def test_swap_phase3_all_swap_files_complete(directory: Path, clock: ManualClock
     assert _offsets_after_reload(directory, clock) == expected
 
 
-def test_swap_phase4_old_segments_partly_renamed_to_deleted(directory: Path, clock: ManualClock, swap_setup) -> None:  # type: ignore[no-untyped-def]
+def test_swap_phase4_old_segments_partly_renamed_to_deleted(
+    directory: Path, clock: ManualClock, swap_setup
+) -> None:  # type: ignore[no-untyped-def]
     log, olds, _, expected = swap_setup
     bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
     log.close()
@@ -356,7 +421,9 @@ def test_swap_phase4_old_segments_partly_renamed_to_deleted(directory: Path, clo
     assert _offsets_after_reload(directory, clock) == expected
 
 
-def test_swap_phase5_swap_suffix_partly_stripped(directory: Path, clock: ManualClock, swap_setup) -> None:  # type: ignore[no-untyped-def]
+def test_swap_phase5_swap_suffix_partly_stripped(
+    directory: Path, clock: ManualClock, swap_setup
+) -> None:  # type: ignore[no-untyped-def]
     log, olds, _, expected = swap_setup
     bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
     log.close()
@@ -368,7 +435,9 @@ def test_swap_phase5_swap_suffix_partly_stripped(directory: Path, clock: ManualC
     assert _offsets_after_reload(directory, clock) == expected
 
 
-def test_swap_phase6_done_but_deleted_files_remain(directory: Path, clock: ManualClock, swap_setup) -> None:  # type: ignore[no-untyped-def]
+def test_swap_phase6_done_but_deleted_files_remain(
+    directory: Path, clock: ManualClock, swap_setup
+) -> None:  # type: ignore[no-untyped-def]
     log, olds, _, expected = swap_setup
     bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
     log.close()
@@ -385,4 +454,4 @@ def test_loaded_log_accepts_appends_after_recovery(directory: Path, clock: Manua
     reloaded = reopen(directory, clock, clean=False)
     info = reloaded.append(build_batch([NewRecord(key=b"k", value=b"after", timestamp=START_MS)]))
     assert info.first_offset == 60
-    assert list(reloaded.records(60))[0].value == b"after"
+    assert next(iter(reloaded.records(60))).value == b"after"

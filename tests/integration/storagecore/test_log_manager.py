@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +18,8 @@ from storagecore import (
     StorageError,
     TopicPartition,
     UnknownTopicOrPartitionError,
+    files,
 )
-from storagecore import files
 from storagecore.checkpoints import OffsetCheckpointFile
 from tests.conftest import batch, break_disk
 
@@ -34,8 +33,12 @@ def test_second_process_on_the_same_dir_fails_clearly(tmp_path: Path, clock: Man
             "try:\n    LogManager([sys.argv[1]])\nexcept LogDirLockedError as e:\n"
             "    print(e); sys.exit(3)\n"
         )
-        result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d")],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "d")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 3
         assert f"log directory {tmp_path / 'd'} is locked by another process" in result.stdout
     with LogManager([tmp_path / "d"], clock=clock):  # released at shutdown
@@ -63,7 +66,10 @@ def test_checkpoints_and_clean_shutdown_marker(tmp_path: Path, clock: ManualCloc
         log.delete_records(4)
         manager.get_or_create_log(TopicPartition("orders", 1)).append(batch(3))
     assert (data / files.CLEAN_SHUTDOWN_FILE).exists()
-    assert json.loads((data / files.CLEAN_SHUTDOWN_FILE).read_text()) == {"version": 0, "brokerEpoch": 0}
+    assert json.loads((data / files.CLEAN_SHUTDOWN_FILE).read_text()) == {
+        "version": 0,
+        "brokerEpoch": 0,
+    }
     recovery = OffsetCheckpointFile(data / files.RECOVERY_POINT_CHECKPOINT).read()
     assert recovery == {TopicPartition("orders", 0): 10, TopicPartition("orders", 1): 3}
     starts = OffsetCheckpointFile(data / files.LOG_START_OFFSET_CHECKPOINT).read()
@@ -142,7 +148,9 @@ def test_partition_deletion_is_delayed(tmp_path: Path, clock: ManualClock) -> No
 
 def test_leftover_delete_dirs_are_removed_at_load(tmp_path: Path, clock: ManualClock) -> None:
     data = tmp_path / "d"
-    with LogManager([data], clock=clock, default_config=LogConfig(file_delete_delay_ms=10**9)) as manager:
+    with LogManager(
+        [data], clock=clock, default_config=LogConfig(file_delete_delay_ms=10**9)
+    ) as manager:
         manager.get_or_create_log(TopicPartition("gone", 0)).append(batch(3))
         renamed = manager.delete_log(TopicPartition("gone", 0))
     (data / "not-a-partition").mkdir()
@@ -175,7 +183,9 @@ def test_io_error_takes_only_that_dir_offline(tmp_path: Path, clock: ManualClock
 
 
 def test_flush_dirty_logs_by_flush_ms(tmp_path: Path, clock: ManualClock) -> None:
-    with LogManager([tmp_path / "d"], clock=clock, default_config=LogConfig(flush_ms=1000)) as manager:
+    with LogManager(
+        [tmp_path / "d"], clock=clock, default_config=LogConfig(flush_ms=1000)
+    ) as manager:
         log = manager.get_or_create_log(TopicPartition("t", 0))
         log.append(batch(4))
         assert manager.flush_dirty_logs() == 0

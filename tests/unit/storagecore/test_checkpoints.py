@@ -11,7 +11,9 @@ from storagecore.errors import CorruptCheckpointError
 
 def test_exact_kafka_text_format(tmp_path: Path) -> None:
     path = tmp_path / "recovery-point-offset-checkpoint"
-    OffsetCheckpointFile(path).write({TopicPartition("orders", 0): 1523, TopicPartition("orders", 1): 877})
+    OffsetCheckpointFile(path).write(
+        {TopicPartition("orders", 0): 1523, TopicPartition("orders", 1): 877}
+    )
     assert path.read_bytes() == b"0\n2\norders 0 1523\norders 1 877\n"
     assert not (tmp_path / "recovery-point-offset-checkpoint.tmp").exists()
 
@@ -19,7 +21,10 @@ def test_exact_kafka_text_format(tmp_path: Path) -> None:
 def test_reads_kafka_written_files_with_any_whitespace(tmp_path: Path) -> None:
     path = tmp_path / "cp"
     path.write_text("0\n2\norders\t1  877\nusers 0 5\n")
-    assert OffsetCheckpointFile(path).read() == {TopicPartition("orders", 1): 877, TopicPartition("users", 0): 5}
+    assert OffsetCheckpointFile(path).read() == {
+        TopicPartition("orders", 1): 877,
+        TopicPartition("users", 0): 5,
+    }
 
 
 def test_missing_and_empty_files_are_empty(tmp_path: Path) -> None:

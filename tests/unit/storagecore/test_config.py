@@ -31,8 +31,13 @@ def test_defaults_are_kafkas() -> None:
 
 def test_round_trip_through_kafka_keys() -> None:
     config = LogConfig.from_topic_config(
-        {"cleanup.policy": "compact,delete", "segment.bytes": "1048576", "retention.ms": -1,
-         "min.cleanable.dirty.ratio": "0.1", "preallocate": "false"}
+        {
+            "cleanup.policy": "compact,delete",
+            "segment.bytes": "1048576",
+            "retention.ms": -1,
+            "min.cleanable.dirty.ratio": "0.1",
+            "preallocate": "false",
+        }
     )
     assert config.cleanup_policy == ("compact", "delete") and config.compact and config.delete
     assert LogConfig.from_topic_config(config.to_topic_config()) == config
@@ -65,7 +70,9 @@ def test_replication_keys_are_accepted_without_effect() -> None:
 
 
 def test_compacted_topics_roll_by_max_compaction_lag() -> None:
-    config = LogConfig.from_topic_config({"cleanup.policy": "compact", "max.compaction.lag.ms": "1000"})
+    config = LogConfig.from_topic_config(
+        {"cleanup.policy": "compact", "max.compaction.lag.ms": "1000"}
+    )
     assert config.max_segment_ms == 1000
     assert LogConfig(max_compaction_lag_ms=1000).max_segment_ms == LogConfig().segment_ms
 
@@ -119,19 +126,32 @@ def test_parse_topic_manifests() -> None:
     assert topics["real.name"].partitions == 1 and topics["real.name"].volume == "v"
 
 
+HEAD = "kind: Topic\napiVersion: logkeeper.io/v1alpha1\n"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: 'a/b'}\n", "Topic 'a/b'.*outside"),
-        ("kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: t}\nspec: {partitions: 0}\n",
-         "Topic 't': spec.partitions"),
-        ("kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: t}\nspec: {config: {x.y: 1}}\n",
-         "Topic 't': spec.config: unknown topic config key 'x.y'"),
+        (
+            "kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: 'a/b'}\n",
+            "Topic 'a/b'.*outside",
+        ),
+        (
+            HEAD + "metadata: {name: t}\nspec: {partitions: 0}\n",
+            "Topic 't': spec.partitions",
+        ),
+        (
+            HEAD + "metadata: {name: t}\nspec: {config: {x.y: 1}}\n",
+            "Topic 't': spec.config: unknown topic config key 'x.y'",
+        ),
         ("kind: Topic\napiVersion: other/v1\nmetadata: {name: t}\n", "expected kind Topic"),
         ("- a\n- b\n", "must be a mapping"),
         ("a: [", "not valid YAML"),
-        ("kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: t}\n---\n"
-         "kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: t}\n", "declared twice"),
+        (
+            "kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: t}\n---\n"
+            "kind: Topic\napiVersion: logkeeper.io/v1alpha1\nmetadata: {name: t}\n",
+            "declared twice",
+        ),
     ],
 )
 def test_bad_manifests_name_the_resource(text: str, message: str) -> None:
@@ -142,5 +162,7 @@ def test_bad_manifests_name_the_resource(text: str, message: str) -> None:
 def test_example_manifests_parse() -> None:
     from pathlib import Path
 
-    topics = parse_topic_manifests((Path(__file__).parents[3] / "examples" / "topics.yaml").read_text())
+    topics = parse_topic_manifests(
+        (Path(__file__).parents[3] / "examples" / "topics.yaml").read_text()
+    )
     assert {"orders", "user-profiles", "audit.events"} <= set(topics)

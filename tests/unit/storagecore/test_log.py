@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from storagecore import (
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     Compression,
+    ControlType,
     InvalidRecordError,
     Log,
     LogConfig,
@@ -25,7 +25,6 @@ from storagecore import (
     RecordTooLargeError,
     build_batch,
     build_control_batch,
-    ControlType,
 )
 from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
@@ -48,8 +47,10 @@ def test_offsets_are_assigned_from_the_log_end(tmp_path: Path, clock: ManualCloc
     assert (first.first_offset, first.last_offset) == (0, 2)
     assert (second.first_offset, second.last_offset, second.record_count) == (3, 8, 6)
     assert log.log_end_offset == 9
-    stored = [(b.base_offset, b.last_offset, b.partition_leader_epoch)
-              for _, b in iter_complete_batches(log.read(0, 1 << 20).records)]
+    stored = [
+        (b.base_offset, b.last_offset, b.partition_leader_epoch)
+        for _, b in iter_complete_batches(log.read(0, 1 << 20).records)
+    ]
     assert stored == [(0, 2, 0), (3, 4, 0), (5, 8, 0)]
 
 
@@ -145,7 +146,9 @@ def test_roll_when_offset_index_is_full(tmp_path: Path, clock: ManualClock) -> N
     assert [r.offset for r in log.records()] == list(range(12))
 
 
-def test_roll_flushes_the_old_segment_and_moves_the_recovery_point(tmp_path: Path, clock: ManualClock) -> None:
+def test_roll_flushes_the_old_segment_and_moves_the_recovery_point(
+    tmp_path: Path, clock: ManualClock
+) -> None:
     log = open_log(tmp_path, clock, segment_bytes=300)
     while len(log.segments) < 3:
         log.append(batch(2, value_size=40))
@@ -173,8 +176,14 @@ def test_nothing_is_written_when_any_batch_is_bad(tmp_path: Path, clock: ManualC
     ("mutate", "message"),
     [
         (lambda b: struct.pack_into(">q", b, 0, 5), "base offset 0"),
-        (lambda b: struct.pack_into(">i", b, layout.LAST_OFFSET_DELTA_OFFSET, 7), "last offset delta"),
-        (lambda b: struct.pack_into(">qhi", b, layout.PRODUCER_ID_OFFSET, 9, 0, -1), "invalid base sequence"),
+        (
+            lambda b: struct.pack_into(">i", b, layout.LAST_OFFSET_DELTA_OFFSET, 7),
+            "last offset delta",
+        ),
+        (
+            lambda b: struct.pack_into(">qhi", b, layout.PRODUCER_ID_OFFSET, 9, 0, -1),
+            "invalid base sequence",
+        ),
     ],
 )
 def test_client_batch_shape_checks(
@@ -183,16 +192,21 @@ def test_client_batch_shape_checks(
     log = open_log(tmp_path, clock)
     data = bytearray(batch(2))
     mutate(data)
-    struct.pack_into(">I", data, layout.CRC_OFFSET,
-                     __import__("storagecore.records.crc", fromlist=["crc32c"]).crc32c(bytes(data[21:])))
+    struct.pack_into(
+        ">I",
+        data,
+        layout.CRC_OFFSET,
+        __import__("storagecore.records.crc", fromlist=["crc32c"]).crc32c(bytes(data[21:])),
+    )
     with pytest.raises(InvalidRecordError, match=message):
         log.append(bytes(data))
 
 
 def test_clients_may_not_write_control_batches(tmp_path: Path, clock: ManualClock) -> None:
     log = open_log(tmp_path, clock)
-    marker = build_control_batch(ControlType.COMMIT, producer_id=1, producer_epoch=0,
-                                 coordinator_epoch=0, timestamp=START_MS)
+    marker = build_control_batch(
+        ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp=START_MS
+    )
     with pytest.raises(InvalidRecordError, match="control batches"):
         log.append(marker)
     from storagecore import AppendOrigin
@@ -203,9 +217,17 @@ def test_clients_may_not_write_control_batches(tmp_path: Path, clock: ManualCloc
 
 def test_compacted_topic_rejects_null_keys(tmp_path: Path, clock: ManualClock) -> None:
     log = open_log(tmp_path, clock, cleanup_policy=("compact",))
-    with pytest.raises(InvalidRecordError, match="compacted topic cannot accept a record without a key"):
-        log.append(build_batch([NewRecord(key=b"k", value=b"v", timestamp=START_MS),
-                                NewRecord(key=None, value=b"v", timestamp=START_MS)]))
+    with pytest.raises(
+        InvalidRecordError, match="compacted topic cannot accept a record without a key"
+    ):
+        log.append(
+            build_batch(
+                [
+                    NewRecord(key=b"k", value=b"v", timestamp=START_MS),
+                    NewRecord(key=None, value=b"v", timestamp=START_MS),
+                ]
+            )
+        )
     assert log.log_end_offset == 0
     log.append(build_batch([NewRecord(key=b"k", value=None, timestamp=START_MS)]))  # tombstones ok
 
@@ -217,7 +239,9 @@ def test_max_message_bytes(tmp_path: Path, clock: ManualClock) -> None:
 
 
 def test_timestamp_bounds(tmp_path: Path, clock: ManualClock) -> None:
-    log = open_log(tmp_path, clock, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=10)
+    log = open_log(
+        tmp_path, clock, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=10
+    )
     with pytest.raises(InvalidRecordError, match="message.timestamp.before.max.ms=1000"):
         log.append(batch(1, start_ms=START_MS - 1001))
     with pytest.raises(InvalidRecordError, match="message.timestamp.after.max.ms=10"):
@@ -248,8 +272,15 @@ def test_create_time_max_timestamp_is_corrected(tmp_path: Path, clock: ManualClo
 @pytest.mark.parametrize("target", ["gzip", "zstd", "uncompressed"])
 def test_compression_type_rewrites_batches(tmp_path: Path, clock: ManualClock, target: str) -> None:
     log = open_log(tmp_path, clock, compression_type=target)
-    log.append(build_batch(records(20), compression=Compression.SNAPPY, producer_id=4,
-                           producer_epoch=1, base_sequence=0))
+    log.append(
+        build_batch(
+            records(20),
+            compression=Compression.SNAPPY,
+            producer_id=4,
+            producer_epoch=1,
+            base_sequence=0,
+        )
+    )
     stored = RecordBatch(log.read(0, 1 << 20).records)
     stored.validate()
     assert stored.compression is Compression.from_name(target)
@@ -268,8 +299,14 @@ def test_offset_for_timestamp(tmp_path: Path, clock: ManualClock) -> None:
     assert log.offset_for_timestamp(START_MS + 290) == (START_MS + 290, 29)
     assert log.offset_for_timestamp(START_MS + 291) is None
     assert log.offset_for_timestamp(0) == (START_MS, 0)
-    log.append(build_batch([NewRecord(key=b"a", value=b"", timestamp=START_MS + 5000),
-                            NewRecord(key=b"b", value=b"", timestamp=START_MS + 10)]))
+    log.append(
+        build_batch(
+            [
+                NewRecord(key=b"a", value=b"", timestamp=START_MS + 5000),
+                NewRecord(key=b"b", value=b"", timestamp=START_MS + 10),
+            ]
+        )
+    )
     assert log.offset_for_timestamp(MAX_TIMESTAMP) == (START_MS + 5000, 30)
 
 
@@ -316,7 +353,9 @@ def test_deleting_every_segment_rolls_first(tmp_path: Path, clock: ManualClock) 
 
 def test_io_error_takes_the_log_offline(tmp_path: Path, clock: ManualClock) -> None:
     failures: list[tuple[Path, OSError]] = []
-    log = Log.open(tmp_path / "topic-0", LogConfig(), clock, on_io_error=lambda d, e: failures.append((d, e)))
+    log = Log.open(
+        tmp_path / "topic-0", LogConfig(), clock, on_io_error=lambda d, e: failures.append((d, e))
+    )
     log.append(batch(1))
     break_disk(log)  # the disk goes away under the log
     with pytest.raises(LogDirOfflineError, match="is now offline"):

@@ -15,9 +15,15 @@ from storagecore.segment import LogSegment, RollParams
 BASE = 40
 
 
-def make(tmp_path: Path, base: int = BASE, index_interval_bytes: int = 10, max_index: int = 1000) -> LogSegment:
+def make(
+    tmp_path: Path, base: int = BASE, index_interval_bytes: int = 10, max_index: int = 1000
+) -> LogSegment:
     return LogSegment.open(
-        tmp_path, base, index_interval_bytes=index_interval_bytes, max_index_size_bytes=max_index, now_ms=0
+        tmp_path,
+        base,
+        index_interval_bytes=index_interval_bytes,
+        max_index_size_bytes=max_index,
+        now_ms=0,
     )
 
 
@@ -120,9 +126,14 @@ def test_find_offset_by_timestamp(tmp_path: Path) -> None:
     segment = make(tmp_path, index_interval_bytes=1)
     for i in range(10):
         offset = BASE + i
-        segment.append(offset, offset * 10, offset, build_batch(
-            [NewRecord(key=None, value=b"m", timestamp=offset * 10)], base_offset=offset
-        ))
+        segment.append(
+            offset,
+            offset * 10,
+            offset,
+            build_batch(
+                [NewRecord(key=None, value=b"m", timestamp=offset * 10)], base_offset=offset
+            ),
+        )
     assert segment.find_offset_by_timestamp(420, 0) == (420, 42)
     assert segment.find_offset_by_timestamp(421, 0) == (430, 43)
     assert segment.find_offset_by_timestamp(430, 0) == (430, 43)
@@ -154,7 +165,7 @@ def test_recovery_fixes_corrupt_index(tmp_path: Path) -> None:
     for i in range(100):
         append(segment, BASE + i, str(i).encode(), timestamp=i)
     # garbage in both indexes
-    segment.offset_index._write_entry((0, 0))  # noqa: SLF001 - simulating corruption
+    segment.offset_index._write_entry((0, 0))
     segment.recover(12_000)
     for i in range(100):
         fetched = segment.read(BASE + i, 1024)
@@ -194,7 +205,9 @@ def test_change_file_suffixes(tmp_path: Path) -> None:
     assert segment.time_index.path.name == "00000000000000000040.timeindex.cleaned"
     segment.change_file_suffixes(".cleaned", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "00000000000000000040.index", "00000000000000000040.log", "00000000000000000040.timeindex",
+        "00000000000000000040.index",
+        "00000000000000000040.log",
+        "00000000000000000040.timeindex",
     ]
     fetched = segment.read(BASE, 100)
     assert fetched is not None and RecordBatch(fetched.records).records()[0].value == b"x"
@@ -205,8 +218,14 @@ def test_first_batch_timestamp_drives_time_based_roll(tmp_path: Path) -> None:
     append(segment, BASE, b"x", timestamp=1_000)
 
     def params(ts: int, now: int = 0) -> RollParams:
-        return RollParams(max_segment_ms=100, max_segment_bytes=10**6, max_timestamp_in_messages=ts,
-                          max_offset_in_messages=BASE + 1, messages_size=10, now_ms=now)
+        return RollParams(
+            max_segment_ms=100,
+            max_segment_bytes=10**6,
+            max_timestamp_in_messages=ts,
+            max_offset_in_messages=BASE + 1,
+            messages_size=10,
+            now_ms=now,
+        )
 
     assert not segment.should_roll(params(1_100))
     assert segment.should_roll(params(1_101))
@@ -220,17 +239,38 @@ def test_roll_on_size_index_full_and_overflow(tmp_path: Path) -> None:
     segment = make(tmp_path, index_interval_bytes=0, max_index=36)
     append(segment, BASE, b"x" * 50)
     base_params = dict(max_segment_ms=10**9, max_timestamp_in_messages=0, now_ms=0)
-    assert segment.should_roll(RollParams(max_segment_bytes=120, max_offset_in_messages=BASE + 1,
-                                          messages_size=60, **base_params))
-    assert not segment.should_roll(RollParams(max_segment_bytes=10**6, max_offset_in_messages=BASE + 1,
-                                              messages_size=60, **base_params))
-    assert segment.should_roll(RollParams(max_segment_bytes=10**6, max_offset_in_messages=BASE + 2**31,
-                                          messages_size=60, **base_params))
+    assert segment.should_roll(
+        RollParams(
+            max_segment_bytes=120, max_offset_in_messages=BASE + 1, messages_size=60, **base_params
+        )
+    )
+    assert not segment.should_roll(
+        RollParams(
+            max_segment_bytes=10**6,
+            max_offset_in_messages=BASE + 1,
+            messages_size=60,
+            **base_params,
+        )
+    )
+    assert segment.should_roll(
+        RollParams(
+            max_segment_bytes=10**6,
+            max_offset_in_messages=BASE + 2**31,
+            messages_size=60,
+            **base_params,
+        )
+    )
     append(segment, BASE + 1, b"y", timestamp=1)
     append(segment, BASE + 2, b"z", timestamp=2)
     assert segment.time_index.is_full() and not segment.offset_index.is_full()
-    assert segment.should_roll(RollParams(max_segment_bytes=10**6, max_offset_in_messages=BASE + 3,
-                                          messages_size=60, **base_params))
+    assert segment.should_roll(
+        RollParams(
+            max_segment_bytes=10**6,
+            max_offset_in_messages=BASE + 3,
+            messages_size=60,
+            **base_params,
+        )
+    )
 
 
 def test_close_writes_final_time_entry_and_trims(tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ from tests.conftest import records
 
 
 def _with_crc(buffer: bytearray) -> bytes:
-    struct.pack_into(">I", buffer, layout.CRC_OFFSET, crc32c(bytes(buffer[layout.ATTRIBUTES_OFFSET :])))
+    struct.pack_into(
+        ">I", buffer, layout.CRC_OFFSET, crc32c(bytes(buffer[layout.ATTRIBUTES_OFFSET :]))
+    )
     return bytes(buffer)
 
 
@@ -50,7 +52,9 @@ def test_null_keys_values_and_headers() -> None:
     built = build_batch(
         [
             NewRecord(key=None, value=None, timestamp=5),
-            NewRecord(key=b"", value=b"", timestamp=6, headers=(("a", None), ("b", b""), ("ü", b"\xff"))),
+            NewRecord(
+                key=b"", value=b"", timestamp=6, headers=(("a", None), ("b", b""), ("ü", b"\xff"))
+            ),
         ]
     )
     first, second = RecordBatch(built).records()
@@ -60,7 +64,9 @@ def test_null_keys_values_and_headers() -> None:
 
 
 def test_log_append_time_gives_every_record_the_batch_max_timestamp() -> None:
-    built = build_batch(records(3), timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=99)
+    built = build_batch(
+        records(3), timestamp_type=TimestampType.LOG_APPEND_TIME, log_append_time=99
+    )
     batch = RecordBatch(built)
     assert batch.timestamp_type is TimestampType.LOG_APPEND_TIME
     assert [r.timestamp for r in batch.records()] == [99, 99, 99]
@@ -76,8 +82,13 @@ def test_delete_horizon_is_stored_in_base_timestamp() -> None:
 
 def test_empty_batch_keeps_producer_state_and_last_offset() -> None:
     built = build_batch(
-        [], base_offset=10, last_offset_delta=4, producer_id=5, producer_epoch=1,
-        base_sequence=0, max_timestamp=123,
+        [],
+        base_offset=10,
+        last_offset_delta=4,
+        producer_id=5,
+        producer_epoch=1,
+        base_sequence=0,
+        max_timestamp=123,
     )
     batch = RecordBatch(built)
     batch.validate()
@@ -99,7 +110,9 @@ def test_abort_marker() -> None:
 def test_bad_crc_names_offset_and_both_values() -> None:
     corrupted = bytearray(build_batch(records(2), base_offset=7))
     corrupted[-1] ^= 0xFF
-    with pytest.raises(CorruptRecordError, match=r"offset 7: CRC mismatch \(stored 0x[0-9a-f]{8}, computed"):
+    with pytest.raises(
+        CorruptRecordError, match=r"offset 7: CRC mismatch \(stored 0x[0-9a-f]{8}, computed"
+    ):
         RecordBatch(bytes(corrupted)).validate()
 
 
@@ -158,7 +171,9 @@ def test_iter_batches_rejects_partial_trailing_batch() -> None:
 
 def test_builder_rejects_decreasing_offset_deltas() -> None:
     with pytest.raises(ValueError, match="increase strictly"):
-        build_batch([NewRecord(b"a", b"", 0, offset_delta=2), NewRecord(b"b", b"", 0, offset_delta=1)])
+        build_batch(
+            [NewRecord(b"a", b"", 0, offset_delta=2), NewRecord(b"b", b"", 0, offset_delta=1)]
+        )
 
 
 def test_crc_package_is_hardware_backed_here() -> None:

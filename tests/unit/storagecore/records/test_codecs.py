@@ -14,7 +14,9 @@ import zstandard
 from storagecore.errors import CorruptRecordError, UnsupportedCompressionError
 from storagecore.records.codecs import Compression, compress, decompress
 
-TEXT = b"".join(b'{"user": %d, "event": "click", "page": "/p/%d"}' % (i, i % 97) for i in range(4000))
+TEXT = b"".join(
+    b'{"user": %d, "event": "click", "page": "/p/%d"}' % (i, i % 97) for i in range(4000)
+)
 
 
 @pytest.mark.parametrize("codec", list(Compression))
@@ -75,7 +77,12 @@ def test_gzip_reads_concatenated_members() -> None:
 @pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
 def test_garbage_is_a_corrupt_record_naming_the_codec(codec: Compression) -> None:
     with pytest.raises(CorruptRecordError, match=codec.config_name):
-        decompress(codec, os.urandom(64) if codec is not Compression.SNAPPY else b"\x82SNAPPY\x00" + os.urandom(40))
+        decompress(
+            codec,
+            os.urandom(64)
+            if codec is not Compression.SNAPPY
+            else b"\x82SNAPPY\x00" + os.urandom(40),
+        )
 
 
 @pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])

@@ -12,6 +12,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from storagecore import ControlType, NewRecord, RecordBatch, build_batch, build_control_batch
 from storagecore.records.codecs import Compression
 
+
 def _records(count: int, value_size: int) -> list[NewRecord]:
     out = []
     for i in range(count):
@@ -33,15 +34,26 @@ SIZES = [(1, 10), (50, 100), (400, 400)]  # the last one: ~170 KB uncompressed, 
 
 @pytest.mark.parametrize("codec", list(Compression))
 @pytest.mark.parametrize(("count", "value_size"), SIZES)
-def test_written_here_parses_in_kafka_python(codec: Compression, count: int, value_size: int) -> None:
+def test_written_here_parses_in_kafka_python(
+    codec: Compression, count: int, value_size: int
+) -> None:
     expected = _records(count, value_size)
     built = build_batch(
-        expected, base_offset=500, compression=codec, producer_id=9, producer_epoch=1, base_sequence=0
+        expected,
+        base_offset=500,
+        compression=codec,
+        producer_id=9,
+        producer_epoch=1,
+        base_sequence=0,
     )
     theirs = DefaultRecordBatch(bytearray(built))
     assert theirs.validate_crc()
     assert theirs.compression_type == int(codec)
-    assert (theirs.base_offset, theirs.last_offset_delta, theirs.records_count) == (500, count - 1, count)
+    assert (theirs.base_offset, theirs.last_offset_delta, theirs.records_count) == (
+        500,
+        count - 1,
+        count,
+    )
     assert (theirs.producer_id, theirs.producer_epoch, theirs.base_sequence) == (9, 1, 0)
     parsed = list(theirs)
     assert [(r.offset, r.timestamp, r.key, r.value) for r in parsed] == [
@@ -52,15 +64,27 @@ def test_written_here_parses_in_kafka_python(codec: Compression, count: int, val
 
 @pytest.mark.parametrize("codec", list(Compression))
 @pytest.mark.parametrize(("count", "value_size"), SIZES)
-def test_written_by_kafka_python_parses_here(codec: Compression, count: int, value_size: int) -> None:
+def test_written_by_kafka_python_parses_here(
+    codec: Compression, count: int, value_size: int
+) -> None:
     expected = _records(count, value_size)
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=int(codec), is_transactional=False,
-        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30,
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
     )
     for i, record in enumerate(expected):
-        builder.append(i, timestamp=record.timestamp, key=record.key, value=record.value,
-                       headers=list(record.headers))
+        builder.append(
+            i,
+            timestamp=record.timestamp,
+            key=record.key,
+            value=record.value,
+            headers=list(record.headers),
+        )
     theirs = bytes(builder.build())
     ours = RecordBatch(theirs)
     ours.validate()
@@ -74,8 +98,12 @@ def test_written_by_kafka_python_parses_here(codec: Compression, count: int, val
 
 def test_control_batch_parses_in_kafka_python() -> None:
     built = build_control_batch(
-        ControlType.ABORT, producer_id=1000, producer_epoch=2, coordinator_epoch=5,
-        timestamp=1_700_000_000_000, base_offset=42,
+        ControlType.ABORT,
+        producer_id=1000,
+        producer_epoch=2,
+        coordinator_epoch=5,
+        timestamp=1_700_000_000_000,
+        base_offset=42,
     )
     theirs = DefaultRecordBatch(bytearray(built))
     assert theirs.validate_crc()
@@ -86,11 +114,21 @@ def test_control_batch_parses_in_kafka_python() -> None:
 
 def test_control_batch_from_kafka_python_parses_here() -> None:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=True,
-        producer_id=1000, producer_epoch=2, base_sequence=-1, batch_size=1 << 20,
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=1000,
+        producer_epoch=2,
+        base_sequence=-1,
+        batch_size=1 << 20,
     )
-    builder.append(0, timestamp=1, key=bytes.fromhex("00000001"), value=bytes.fromhex("000000000005"),
-                   headers=[])
+    builder.append(
+        0,
+        timestamp=1,
+        key=bytes.fromhex("00000001"),
+        value=bytes.fromhex("000000000005"),
+        headers=[],
+    )
     raw = bytearray(builder.build())
     raw[22] |= 0x20  # kafka-python's builder has no control flag: set it, then fix the CRC
     from storagecore.records.crc import crc32c

@@ -1,0 +1,226 @@
+"""The console script as a user runs it: real subprocesses, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = ROOT / "examples" / "topics.yaml"
+
+
+def run(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "logkeeper.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def jsonl(*objects: object) -> str:
+    return "".join(json.dumps(o) + "\n" for o in objects)
+
+
+def test_help_lists_every_subcommand() -> None:
+    out = run("--help").stdout
+    for command in ("produce", "consume", "dump-log", "verify", "demo"):
+        assert command in out
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_produce_then_consume_round_trip(tmp_path: Path, codec: str) -> None:
+    lines = [
+        {"key": "a", "value": "1", "timestamp": 1_700_000_000_000, "headers": {"h": "x"}},
+        {"key": None, "value": "no key"},
+        {"key": "a", "value": None},
+        {"key": "b", "value": "ünïcode"},
+    ]
+    produced = run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        "--compression",
+        codec,
+        "--batch-records",
+        "3",
+        stdin=jsonl(*lines),
+    )
+    assert [json.loads(line) for line in produced.stdout.splitlines()] == [
+        {"partition": 0, "offset": i} for i in range(4)
+    ]
+    consumed = [
+        json.loads(line)
+        for line in run("consume", "--dir", str(tmp_path), "--topic", "t").stdout.splitlines()
+    ]
+    assert [(c["offset"], c["key"], c["value"]) for c in consumed] == [
+        (0, "a", "1"),
+        (1, None, "no key"),
+        (2, "a", None),
+        (3, "b", "ünïcode"),
+    ]
+    assert consumed[0]["timestamp"] == 1_700_000_000_000 and consumed[0]["headers"] == {"h": "x"}
+    window = run(
+        "consume", "--dir", str(tmp_path), "--topic", "t", "--from", "1", "--to", "3"
+    ).stdout
+    assert [json.loads(line)["offset"] for line in window.splitlines()] == [1, 2]
+
+
+def test_produce_rejects_bad_input_and_writes_nothing(tmp_path: Path) -> None:
+    bad = run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        stdin=jsonl({"key": "a", "value": "1"}) + "{not json\n",
+        check=False,
+    )
+    assert bad.returncode == 2 and "stdin line 2: not JSON" in bad.stderr
+    assert not (tmp_path / "t-0").exists()
+    wrong_type = run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        stdin=jsonl({"key": 5, "value": "1"}),
+        check=False,
+    )
+    assert "stdin line 1: key must be a string or null" in wrong_type.stderr
+
+
+def test_produce_with_topics_file_applies_spec_config(tmp_path: Path) -> None:
+    result = run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "user-profiles",
+        "--topics",
+        str(EXAMPLES),
+        stdin=jsonl({"key": None, "value": "x"}),
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "compacted topic cannot accept a record without a key" in result.stderr
+    missing = run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "orders",
+        "--partition",
+        "3",
+        "--topics",
+        str(EXAMPLES),
+        stdin=jsonl({"key": "k", "value": "x"}),
+        check=False,
+    )
+    assert "has 3 partitions" in missing.stderr and "partition 3 does not exist" in missing.stderr
+    bad_key = run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        "--config",
+        "retention.mss=5",
+        stdin=jsonl({"key": "k", "value": "x"}),
+        check=False,
+    )
+    assert "unknown topic config key 'retention.mss'" in bad_key.stderr
+
+
+def test_dump_log_prints_kafka_dump_log_lines(tmp_path: Path) -> None:
+    run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        stdin=jsonl(
+            {"key": "k1", "value": "v1", "timestamp": 1_700_000_000_000},
+            {"key": "k2", "value": None, "timestamp": 1_700_000_000_005},
+        ),
+    )
+    segment = tmp_path / "t-0" / "00000000000000000000.log"
+    out = run("dump-log", "--records", str(segment)).stdout.splitlines()
+    assert out[0] == f"Dumping {segment}"
+    assert out[1] == "Log starting offset: 0"
+    assert out[2].startswith(
+        "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 "
+        "producerId: -1 producerEpoch: -1 partitionLeaderEpoch: 0 isTransactional: "
+        "false isControl: false deleteHorizonMs: OptionalLong.empty position: 0 "
+        "CreateTime: 1700000000005 size: 81 magic: 2 compresscodec: none crc: "
+    )
+    assert out[2].endswith(" isvalid: true")
+    assert out[3] == (
+        "| offset: 0 CreateTime: 1700000000000 keySize: 2 valueSize: 2 sequence: -1 "
+        "headerKeys: [] key: k1 payload: v1"
+    )
+    assert out[4].endswith("key: k2 payload: null")
+    checkpoint = run("dump-log", str(tmp_path / "recovery-point-offset-checkpoint")).stdout
+    assert "topic: t partition: 0 offset: 2" in checkpoint
+    index = run("dump-log", str(tmp_path / "t-0" / "00000000000000000000.timeindex")).stdout
+    assert "timestamp: 1700000000005 offset: 1" in index
+    unknown = run("dump-log", str(tmp_path / ".lock"), check=False)
+    assert unknown.returncode == 2 and "don't know how to dump" in unknown.stderr
+
+
+def test_verify_reports_and_exits_nonzero(tmp_path: Path) -> None:
+    run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        stdin=jsonl(*({"key": str(i), "value": "v" * 50} for i in range(200))),
+    )
+    ok = run("verify", "--dir", str(tmp_path))
+    assert "1 partitions, 1 segments, 200 records: OK" in ok.stdout
+    segment = tmp_path / "t-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[100] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    bad = run("verify", "--dir", str(tmp_path), check=False)
+    assert bad.returncode == 1
+    assert f"ERROR {segment}: position 0: batch at offset 0: CRC mismatch" in bad.stdout
+    report = json.loads(run("verify", "--dir", str(tmp_path), "--json", check=False).stdout)
+    assert report[0]["ok"] is False and report[0]["findings"][0]["severity"] == "error"
+
+
+def test_consume_of_unknown_topic_is_a_clear_error(tmp_path: Path) -> None:
+    result = run("consume", "--dir", str(tmp_path), "--topic", "nope", check=False)
+    assert result.returncode == 2 and "no log for nope-0" in result.stderr
+
+
+def test_locked_dir_is_a_clear_error(tmp_path: Path) -> None:
+    from storagecore import LogManager
+
+    with LogManager([tmp_path]):
+        result = run("consume", "--dir", str(tmp_path), "--topic", "t", check=False)
+    assert result.returncode == 2 and "is locked by another process" in result.stderr
+
+
+def test_demo_runs_and_verifies(tmp_path: Path) -> None:
+    out = run("demo", "--dir", str(tmp_path / "demo"), "--records", "3000").stdout
+    assert "Read back 3000 records (all of them)." in out
+    assert "verify: OK" in out
+    assert "torn tail cut" in out
+    refused = run("demo", "--dir", str(ROOT / "storagecore"), check=False)
+    assert refused.returncode != 0 and "was not made by the demo" in refused.stderr

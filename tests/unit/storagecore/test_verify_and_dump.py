@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from storagecore import LogConfig, LogManager, ManualClock, TopicPartition
+from storagecore.dump import dump_file
+from storagecore.verify import verify_log_dir
+from tests.conftest import batch
+
+
+def make_dir(root: Path, clock: ManualClock) -> Path:
+    with LogManager(
+        [root], default_config=LogConfig(segment_bytes=600, index_interval_bytes=1), clock=clock
+    ) as manager:
+        log = manager.get_or_create_log(TopicPartition("t", 0))
+        for _ in range(20):
+            log.append(batch(3, value_size=20))
+    return root / "t-0"
+
+
+def test_clean_dir_verifies(tmp_path: Path, clock: ManualClock) -> None:
+    make_dir(tmp_path, clock)
+    report = verify_log_dir(tmp_path)
+    assert report.ok and report.findings == []
+    (summary,) = report.partitions
+    assert (summary.records, summary.next_offset) == (60, 60) and summary.segments > 2
+
+
+def test_verify_finds_each_problem(tmp_path: Path, clock: ManualClock) -> None:
+    partition = make_dir(tmp_path, clock)
+    segments = sorted(partition.glob("*.log"))
+    with segments[-1].open("ab") as handle:
+        handle.write(b"\x00" * 10)
+    index = sorted(partition.glob("*.index"))[0]
+    index.write_bytes(index.read_bytes()[:-8] + (0).to_bytes(4, "big") + (3).to_bytes(4, "big"))
+    (tmp_path / "recovery-point-offset-checkpoint").write_text("0\n1\nt 0 999\n")
+    (partition / "00000000000000000000.log.cleaned").write_bytes(b"")
+    report = verify_log_dir(tmp_path)
+    messages = [str(f) for f in report.errors]
+    assert any("10 bytes after the last complete batch" in m for m in messages)
+    assert any(str(index) in m for m in messages)
+    assert any("t-0 offset 999 is outside [0, log end 60]" in m for m in messages)
+    assert any("temporary file" in str(f) for f in report.findings if f.severity == "warning")
+
+
+def test_verify_never_writes(tmp_path: Path, clock: ManualClock) -> None:
+    partition = make_dir(tmp_path, clock)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    verify_log_dir(tmp_path)
+    verify_log_dir(partition)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
+
+def test_dump_reports_trailing_garbage(tmp_path: Path, clock: ManualClock) -> None:
+    partition = make_dir(tmp_path, clock)
+    segment = sorted(partition.glob("*.log"))[0]
+    with segment.open("ab") as handle:
+        handle.write(b"\x00\x01\x02")
+    lines = list(dump_file(segment))
+    assert lines[-1].startswith("Found 3 invalid bytes at the end")
