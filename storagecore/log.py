@@ -228,46 +228,60 @@ class Log:
     ) -> LogAppendInfo:
         """Validate, assign offsets from the log end offset, roll if needed, append.
 
-        Nothing is written unless every batch of ``data`` is valid.
+        Nothing is written unless every batch of ``data`` is valid. (The hot path: the I/O guard
+        is inlined rather than a context manager.)
         """
-        with self._lock, self._io(f"append to {self.tp}"):
-            now_ms = self.clock.milliseconds()
-            validated = validate_and_assign_offsets(
-                data,
-                tp=self.tp,
-                config=self._config,
-                next_offset=self.log_end_offset,
-                now_ms=now_ms,
-                origin=origin,
-                partition_leader_epoch=self.leader_epoch,
+        with self._lock:
+            if self._offline or self._closed:
+                with self._io(f"append to {self.tp}"):
+                    pass
+            try:
+                return self._append_locked(data, origin)
+            except OSError as exc:
+                with self._io(f"append to {self.tp}"):
+                    raise exc from None
+            raise AssertionError("unreachable")
+
+    def _append_locked(
+        self, data: bytes | bytearray | memoryview, origin: AppendOrigin
+    ) -> LogAppendInfo:
+        now_ms = self.clock.milliseconds()
+        config = self._config
+        validated = validate_and_assign_offsets(
+            data,
+            tp=self.tp,
+            config=config,
+            next_offset=self.log_end_offset,
+            now_ms=now_ms,
+            origin=origin,
+            partition_leader_epoch=self.leader_epoch,
+        )
+        size = len(validated.buffer)
+        if size > config.segment_bytes:
+            raise RecordTooLargeError(
+                f"{self.tp}: append of {size} bytes exceeds segment.bytes={config.segment_bytes}"
             )
-            size = len(validated.buffer)
-            if size > self._config.segment_bytes:
-                raise RecordTooLargeError(
-                    f"{self.tp}: append of {size} bytes exceeds segment.bytes="
-                    f"{self._config.segment_bytes}"
-                )
-            segment = self._maybe_roll(
-                size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
-            )
-            segment.append(
-                validated.last_offset,
-                validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp,
-                validated.buffer,
-            )
-            if self.unflushed_messages >= self._config.flush_messages:
-                self._flush(self.log_end_offset)
-            return LogAppendInfo(
-                first_offset=validated.first_offset,
-                last_offset=validated.last_offset,
-                max_timestamp=validated.max_timestamp,
-                shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
-                log_append_time=validated.log_append_time,
-                log_start_offset=self._log_start_offset,
-                record_count=validated.record_count,
-                valid_bytes=size,
-            )
+        segment = self._maybe_roll(
+            size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
+        )
+        segment.append(
+            validated.last_offset,
+            validated.max_timestamp,
+            validated.shallow_offset_of_max_timestamp,
+            validated.buffer,
+        )
+        if validated.last_offset + 1 - self._recovery_point >= config.flush_messages:
+            self._flush(validated.last_offset + 1)
+        return LogAppendInfo(
+            first_offset=validated.first_offset,
+            last_offset=validated.last_offset,
+            max_timestamp=validated.max_timestamp,
+            shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+            log_append_time=validated.log_append_time,
+            log_start_offset=self._log_start_offset,
+            record_count=validated.record_count,
+            valid_bytes=size,
+        )
 
     def _maybe_roll(
         self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int

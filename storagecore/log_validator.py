@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from storagecore.config import LogConfig, TopicPartition
-from storagecore.errors import InvalidRecordError, RecordTooLargeError
+from storagecore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from storagecore.records import batch as batch_module
 from storagecore.records import layout
-from storagecore.records.batch import NewRecord, RecordBatch, TimestampType, iter_batches
-from storagecore.records.codecs import DEFAULT_LEVELS, Compression
+from storagecore.records.batch import NewRecord, RecordBatch, TimestampType
+from storagecore.records.codecs import DEFAULT_LEVELS, Compression, decompress
+from storagecore.records.crc import crc32c
 from storagecore.records.scan import scan_records
 
 
@@ -36,7 +37,7 @@ class AppendOrigin(enum.Enum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ValidatedRecords:
-    buffer: bytes
+    buffer: bytes | bytearray
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -72,147 +73,194 @@ def validate_and_assign_offsets(
     origin: AppendOrigin = AppendOrigin.CLIENT,
     partition_leader_epoch: int = 0,
 ) -> ValidatedRecords:
-    if not data:
+    """Check every batch of ``data`` and return the bytes to append, offsets assigned.
+
+    This is the append hot path: header fields are read once into locals, the request is copied
+    once and patched in place, and record framing is checked by the native scan on a view of the
+    (uncompressed) payload. Problems raise with the topic-partition, the batch number and its
+    byte position in the request.
+    """
+    view = memoryview(data).cast("B")
+    end = len(view)
+    if end == 0:
         raise InvalidRecordError(f"{tp}: empty append")
-    timestamp_type = (
-        TimestampType.LOG_APPEND_TIME
-        if config.message_timestamp_type == "LogAppendTime"
-        else TimestampType.CREATE_TIME
-    )
-    out: list[bytes | bytearray] = []
+    out = bytearray(view)  # the one copy of the request; offsets are patched into it
+    replacements: list[tuple[int, int, bytes]] = []  # (position, old size, rebuilt batch)
+    create_time = config.message_timestamp_type != "LogAppendTime"
+    timestamp_type = TimestampType.CREATE_TIME if create_time else TimestampType.LOG_APPEND_TIME
+    client = origin is AppendOrigin.CLIENT
+    replication = origin is AppendOrigin.REPLICATION
+    max_message_bytes = config.max_message_bytes
+    decompressed_max = max_message_bytes * 4 + (1 << 20)
+    unpack = layout.BATCH_HEADER.unpack_from
     counter = next_offset
     first_offset = -1
     max_timestamp = layout.NO_TIMESTAMP
     offset_of_max = -1
     record_count = 0
     batch_count = 0
-    try:
-        batches = list(iter_batches(data))
-    except Exception as exc:
-        raise InvalidRecordError(f"{tp}: {exc}") from exc
-    for position, batch in batches:
-        where = f"{tp}: batch {batch_count} (byte {position} of the request)"
-        try:
-            batch.validate()
-        except Exception as exc:
-            raise type(exc)(f"{where}: {exc}") from exc
-        if batch.size_bytes > config.max_message_bytes:
+    pos = 0
+    while pos < end:
+
+        def where() -> str:
+            return f"{tp}: batch {batch_count} (byte {pos} of the request)"  # noqa: B023
+
+        if end - pos < layout.RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(
+                f"{where()}: {end - pos} trailing bytes are not a complete batch header"
+            )
+        (
+            base_offset,
+            length,
+            _epoch,
+            magic,
+            crc,
+            attributes,
+            last_delta,
+            base_timestamp,
+            batch_max_timestamp,
+            producer_id,
+            _producer_epoch,
+            base_sequence,
+            count,
+        ) = unpack(view, pos)
+        size = length + layout.LOG_OVERHEAD
+        if size < layout.RECORD_BATCH_OVERHEAD or pos + size > end:
+            raise CorruptRecordError(
+                f"{where()}: declared size {size} does not fit the {end - pos} bytes left"
+            )
+        if magic != layout.CURRENT_MAGIC:
+            raise CorruptRecordError(f"{where()}: magic {magic}, only magic 2 is supported")
+        computed = crc32c(view[pos + layout.ATTRIBUTES_OFFSET : pos + size])
+        if computed != crc:
+            raise CorruptRecordError(
+                f"{where()}: CRC mismatch (stored 0x{crc:08x}, computed 0x{computed:08x})"
+            )
+        codec = Compression.from_id(attributes & layout.COMPRESSION_CODEC_MASK)
+        if size > max_message_bytes:
             raise RecordTooLargeError(
-                f"{where}: {batch.size_bytes} bytes exceeds max.message.bytes="
-                f"{config.max_message_bytes}"
+                f"{where()}: {size} bytes exceeds max.message.bytes={max_message_bytes}"
             )
-        _check_batch_shape(batch, origin, where)
-        if origin is AppendOrigin.REPLICATION:
-            if batch.base_offset < counter:
+        is_control = bool(attributes & layout.CONTROL_FLAG_MASK)
+        if client:
+            if base_offset != 0:
                 raise InvalidRecordError(
-                    f"{where}: base offset {batch.base_offset} is below the expected {counter}"
+                    f"{where()}: producers must send base offset 0, got {base_offset}"
                 )
-            base_offset = batch.base_offset
-        else:
-            base_offset = counter
-        payload = batch.payload(config.max_message_bytes * 4 + (1 << 20))
-        scan = scan_records(payload, batch.records_count, batch.base_timestamp)
-        if scan.problem is not None:
-            raise InvalidRecordError(f"{where}: {scan.problem}") from None
-        if origin is AppendOrigin.CLIENT and not scan.offsets_sequential:
+            if count <= 0 or last_delta + 1 != count:
+                raise InvalidRecordError(
+                    f"{where()}: record count {count} does not match last offset delta {last_delta}"
+                )
+            if is_control:
+                raise InvalidRecordError(f"{where()}: clients may not write control batches")
+            if producer_id != layout.NO_PRODUCER_ID and base_sequence < 0:
+                raise InvalidRecordError(
+                    f"{where()}: producer id {producer_id} with invalid base sequence "
+                    f"{base_sequence}"
+                )
+            if attributes & layout.TIMESTAMP_TYPE_MASK and create_time:
+                raise InvalidRecordError(f"{where()}: producers must send CreateTime batches")
+        elif count < 0 or last_delta < 0 or count > last_delta + 1:
             raise InvalidRecordError(
-                f"{where}: record offset deltas are not 0..{batch.records_count - 1}"
+                f"{where()}: {count} records cannot fit in last offset delta {last_delta}"
             )
-        if config.compact and scan.null_key_count and not batch.is_control:
+        if replication:
+            if base_offset < counter:
+                raise InvalidRecordError(
+                    f"{where()}: base offset {base_offset} is below the expected {counter}"
+                )
+            assigned = base_offset
+        else:
+            assigned = counter
+
+        raw = view[pos + layout.RECORDS_OFFSET : pos + size]
+        try:
+            payload = raw if codec is Compression.NONE else decompress(codec, raw, decompressed_max)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{where()}: {exc}") from exc
+        scan = scan_records(payload, count, base_timestamp)
+        if scan.problem is not None:
+            raise CorruptRecordError(f"{where()}: {scan.problem}")
+        if client and not scan.offsets_sequential:
+            raise InvalidRecordError(f"{where()}: record offset deltas are not 0..{count - 1}")
+        if config.compact and scan.null_key_count and not is_control:
             raise InvalidRecordError(
-                f"{where}: compacted topic cannot accept a record without a key "
+                f"{where()}: compacted topic cannot accept a record without a key "
                 f"({scan.null_key_count} null keys)"
             )
-        if timestamp_type is TimestampType.CREATE_TIME and batch.records_count:
-            if (
-                batch.timestamp_type is TimestampType.LOG_APPEND_TIME
-                and origin is AppendOrigin.CLIENT
-            ):
-                raise InvalidRecordError(f"{where}: producers must send CreateTime batches")
+        if create_time and count and not is_control:
             _check_timestamps(scan.min_timestamp, scan.max_timestamp, config, now_ms, where)
 
-        codec = target_compression(config, batch.compression)
-        if codec is not batch.compression and batch.records_count and not batch.is_control:
-            rebuilt = _rebuild(batch, codec, _level(config, codec))
-            buffer = bytearray(rebuilt)
-            rebuilt_batch = RecordBatch(buffer)
-            if rebuilt_batch.size_bytes > config.max_message_bytes:
+        target = target_compression(config, codec)
+        if target is not codec and count and not is_control:
+            rebuilt = bytearray(
+                _rebuild(RecordBatch(view[pos : pos + size]), target, _level(config, target))
+            )
+            if len(rebuilt) > max_message_bytes:
                 raise RecordTooLargeError(
-                    f"{where}: {rebuilt_batch.size_bytes} bytes after recompression exceeds "
-                    f"max.message.bytes={config.max_message_bytes}"
+                    f"{where()}: {len(rebuilt)} bytes after recompression exceeds "
+                    f"max.message.bytes={max_message_bytes}"
                 )
+            buffer, at = rebuilt, 0
         else:
-            buffer = bytearray(batch.buffer)
-        batch_module.set_base_offset(buffer, 0, base_offset)
-        if origin is not AppendOrigin.REPLICATION:
-            batch_module.set_partition_leader_epoch(buffer, 0, partition_leader_epoch)
-        if timestamp_type is TimestampType.LOG_APPEND_TIME:
-            batch_module.set_max_timestamp(buffer, 0, len(buffer), timestamp_type, now_ms)
+            buffer, at = out, pos
+        batch_size = size if buffer is out else len(buffer)
+        batch_module.set_base_offset(buffer, at, assigned)
+        if not replication:
+            batch_module.set_partition_leader_epoch(buffer, at, partition_leader_epoch)
+        if not create_time:
+            batch_module.set_max_timestamp(buffer, at, batch_size, timestamp_type, now_ms)
             batch_max = now_ms
         else:
-            batch_max = scan.max_timestamp if batch.records_count else batch.max_timestamp
-            if batch_max != batch.max_timestamp or batch.timestamp_type is not timestamp_type:
-                batch_module.set_max_timestamp(buffer, 0, len(buffer), timestamp_type, batch_max)
-        last_offset = base_offset + batch.last_offset_delta
+            batch_max = scan.max_timestamp if count else batch_max_timestamp
+            type_bit = bool(attributes & layout.TIMESTAMP_TYPE_MASK)
+            if batch_max != batch_max_timestamp or type_bit:
+                batch_module.set_max_timestamp(buffer, at, batch_size, timestamp_type, batch_max)
+        if buffer is not out:
+            replacements.append((pos, size, bytes(buffer)))
+        last_offset = assigned + last_delta
         if first_offset < 0:
-            first_offset = base_offset
+            first_offset = assigned
         if batch_max > max_timestamp:
             max_timestamp = batch_max
             offset_of_max = last_offset
         counter = last_offset + 1
-        record_count += batch.records_count
+        record_count += count
         batch_count += 1
-        out.append(buffer)
+        pos += size
+
+    result: bytes | bytearray = out
+    if replacements:
+        pieces: list[bytes | bytearray | memoryview] = []
+        cursor = 0
+        for position, old_size, new in replacements:
+            pieces += (memoryview(out)[cursor:position], new)
+            cursor = position + old_size
+        pieces.append(memoryview(out)[cursor:])
+        result = b"".join(pieces)
     return ValidatedRecords(
-        buffer=b"".join(out),
+        buffer=result,
         first_offset=first_offset,
         last_offset=counter - 1,
         max_timestamp=max_timestamp,
         shallow_offset_of_max_timestamp=offset_of_max if offset_of_max >= 0 else counter - 1,
         record_count=record_count,
         batch_count=batch_count,
-        log_append_time=now_ms
-        if timestamp_type is TimestampType.LOG_APPEND_TIME
-        else layout.NO_TIMESTAMP,
+        log_append_time=layout.NO_TIMESTAMP if create_time else now_ms,
     )
 
 
-def _check_batch_shape(batch: RecordBatch, origin: AppendOrigin, where: str) -> None:
-    if origin is AppendOrigin.CLIENT:
-        if batch.base_offset != 0:
-            raise InvalidRecordError(
-                f"{where}: producers must send base offset 0, got {batch.base_offset}"
-            )
-        if batch.records_count <= 0 or batch.last_offset_delta + 1 != batch.records_count:
-            raise InvalidRecordError(
-                f"{where}: record count {batch.records_count} does not match last offset delta "
-                f"{batch.last_offset_delta}"
-            )
-        if batch.is_control:
-            raise InvalidRecordError(f"{where}: clients may not write control batches")
-        if batch.has_producer_id and batch.base_sequence < 0:
-            raise InvalidRecordError(
-                f"{where}: producer id {batch.producer_id} with invalid base sequence "
-                f"{batch.base_sequence}"
-            )
-    elif batch.records_count > batch.last_offset_delta + 1:
-        raise InvalidRecordError(
-            f"{where}: {batch.records_count} records cannot fit in last offset delta "
-            f"{batch.last_offset_delta}"
-        )
-
-
 def _check_timestamps(
-    min_timestamp: int, max_timestamp: int, config: LogConfig, now_ms: int, where: str
+    min_timestamp: int, max_timestamp: int, config: LogConfig, now_ms: int, where: Callable[[], str]
 ) -> None:
     if now_ms - min_timestamp > config.message_timestamp_before_max_ms:
         raise InvalidRecordError(
-            f"{where}: timestamp {min_timestamp} is more than message.timestamp.before.max.ms="
+            f"{where()}: timestamp {min_timestamp} is more than message.timestamp.before.max.ms="
             f"{config.message_timestamp_before_max_ms} before now ({now_ms})"
         )
     if max_timestamp - now_ms > config.message_timestamp_after_max_ms:
         raise InvalidRecordError(
-            f"{where}: timestamp {max_timestamp} is more than message.timestamp.after.max.ms="
+            f"{where()}: timestamp {max_timestamp} is more than message.timestamp.after.max.ms="
             f"{config.message_timestamp_after_max_ms} after now ({now_ms})"
         )
 

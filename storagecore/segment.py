@@ -169,10 +169,9 @@ class LogSegment:
                 f"{self.log.path}: offset {largest_offset} cannot be stored relative to base "
                 f"offset {self.base_offset}"
             )
-        physical_position = self.log.size_bytes
+        physical_position = self.log.append(records)
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
-        self.log.append(records)
         if largest_timestamp > self.max_timestamp_so_far:
             self.max_timestamp_so_far = largest_timestamp
             self.offset_of_max_timestamp_so_far = shallow_offset_of_max_timestamp

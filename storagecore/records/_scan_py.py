@@ -1,6 +1,8 @@
 """Pure-Python reference implementation of :func:`storagecore.records.scan.scan_records`.
 
-The native module ``_scan_c`` must give identical results; tests run both on the same inputs.
+The native module ``_scan_c`` gives identical results, problem messages included; tests run both
+on the same inputs. Varints follow Kafka's ByteUtils: at most 5 (varint) or 10 (varlong) bytes,
+bits beyond 32 / 64 dropped.
 """
 
 from __future__ import annotations
@@ -8,74 +10,92 @@ from __future__ import annotations
 from storagecore.records.layout import MAX_VARINT_BYTES, MAX_VARLONG_BYTES, NO_TIMESTAMP
 from storagecore.records.scan_types import ScanResult
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
-def scan_records(payload: bytes, count: int, base_timestamp: int) -> ScanResult:
+
+class _VarintError(Exception):
+    pass
+
+
+def _varint(
+    payload: bytes | memoryview, pos: int, limit: int, max_bytes: int, mask: int
+) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    start = pos
+    while True:
+        if pos >= limit:
+            raise _VarintError("truncated or overlong varint")
+        b = payload[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if pos - start >= max_bytes:
+            raise _VarintError("truncated or overlong varint")
+    result &= mask
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def scan_records(payload: bytes | memoryview, count: int, base_timestamp: int) -> ScanResult:
     pos = 0
     end = len(payload)
     max_ts = NO_TIMESTAMP
-    min_ts = 2**63 - 1
+    min_ts = _INT64_MAX
     null_keys = 0
     sequential = True
-
-    def varint(p: int, limit: int, max_bytes: int) -> tuple[int, int]:
-        result = 0
-        shift = 0
-        start = p
-        while True:
-            if p >= limit:
-                raise IndexError(start)
-            b = payload[p]
-            p += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return (result >> 1) ^ -(result & 1), p
-            shift += 7
-            if p - start >= max_bytes:
-                raise OverflowError(start)
-
     for index in range(count):
         start = pos
+        where = f"record {index} at byte {start}"
         try:
-            length, pos = varint(pos, end, MAX_VARINT_BYTES)
+            length, pos = _varint(payload, pos, end, MAX_VARINT_BYTES, 0xFFFFFFFF)
             body_end = pos + length
-            if length < 0 or body_end > end:
-                return ScanResult.failed(
-                    f"record {index} at byte {start}: length {length} runs past the batch"
-                )
+            if length < 0 or length > end - pos:
+                return ScanResult.failed(f"{where}: length {length} runs past the batch")
+            if pos + 1 > body_end:
+                raise _VarintError("truncated or overlong varint")
             pos += 1  # attributes
-            ts_delta, pos = varint(pos, body_end, MAX_VARLONG_BYTES)
-            offset_delta, pos = varint(pos, body_end, MAX_VARINT_BYTES)
+            ts_delta, pos = _varint(payload, pos, body_end, MAX_VARLONG_BYTES, 2**64 - 1)
+            offset_delta, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
             if offset_delta != index:
                 sequential = False
-            key_length, pos = varint(pos, body_end, MAX_VARINT_BYTES)
+            key_length, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
             if key_length < 0:
                 null_keys += 1
             else:
+                if key_length > body_end - pos:
+                    return ScanResult.failed(f"{where}: a field runs past the record")
                 pos += key_length
-            value_length, pos = varint(pos, body_end, MAX_VARINT_BYTES)
+            value_length, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
             if value_length > 0:
+                if value_length > body_end - pos:
+                    return ScanResult.failed(f"{where}: a field runs past the record")
                 pos += value_length
-            header_count, pos = varint(pos, body_end, MAX_VARINT_BYTES)
+            header_count, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
             if header_count < 0:
-                return ScanResult.failed(f"record {index} at byte {start}: negative header count")
+                return ScanResult.failed(f"{where}: negative header count")
             for _ in range(header_count):
-                hk, pos = varint(pos, body_end, MAX_VARINT_BYTES)
-                if hk < 0:
-                    return ScanResult.failed(f"record {index} at byte {start}: null header key")
-                pos += hk
-                hv, pos = varint(pos, body_end, MAX_VARINT_BYTES)
-                if hv > 0:
-                    pos += hv
+                header_key, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+                if header_key < 0:
+                    return ScanResult.failed(f"{where}: null header key")
+                if header_key > body_end - pos:
+                    return ScanResult.failed(f"{where}: a field runs past the record")
+                pos += header_key
+                header_value, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+                if header_value > 0:
+                    if header_value > body_end - pos:
+                        return ScanResult.failed(f"{where}: a field runs past the record")
+                    pos += header_value
             if pos != body_end:
                 return ScanResult.failed(
-                    f"record {index} at byte {start}: body declares {length} bytes, fields take "
-                    f"{pos - body_end + length}"
+                    f"{where}: body declares {length} bytes, fields take {pos - body_end + length}"
                 )
-        except (IndexError, OverflowError):
-            return ScanResult.failed(
-                f"record {index} at byte {start}: truncated or overlong varint"
-            )
+        except _VarintError as exc:
+            return ScanResult.failed(f"{where}: {exc}")
         timestamp = base_timestamp + ts_delta
+        if not _INT64_MIN <= timestamp <= _INT64_MAX:
+            return ScanResult.failed(f"{where}: timestamp overflows int64")
         max_ts = max(max_ts, timestamp)
         min_ts = min(min_ts, timestamp)
     if pos != end:

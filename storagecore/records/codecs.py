@@ -183,12 +183,22 @@ def _unsnappy(data: bytes, max_output_bytes: int) -> bytes:
 
 
 def _unlz4(data: bytes, max_output_bytes: int) -> bytes:
+    # Ask for output in growing steps: LZ4FrameDecompressor preallocates max_length, so asking
+    # for the whole bound at once costs more than the decompression itself.
     decompressor = lz4.frame.LZ4FrameDecompressor()
-    out = decompressor.decompress(data, max_length=max_output_bytes + 1)
-    _check_size("lz4", len(out), max_output_bytes)
-    if not decompressor.eof:
-        raise CorruptRecordError("lz4 frame is truncated")
-    return bytes(out)
+    step = min(max_output_bytes + 1, max(1 << 16, len(data) * 8))
+    parts = [decompressor.decompress(data, max_length=step)]
+    total = len(parts[0])
+    while not decompressor.eof:
+        _check_size("lz4", total, max_output_bytes)
+        if decompressor.needs_input:
+            raise CorruptRecordError("lz4 frame is truncated")
+        step = min(max_output_bytes + 1 - total, max(total, 1 << 16))
+        chunk = decompressor.decompress(b"", max_length=step)
+        parts.append(chunk)
+        total += len(chunk)
+    _check_size("lz4", total, max_output_bytes)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _unzstd(data: bytes, max_output_bytes: int) -> bytes:

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 _LENGTH: Final = struct.Struct(">i")
 _HEADER_PREFIX: Final = struct.Struct(">qi")  # base_offset, batch_length
 _READ_CHUNK_BYTES: Final = 1 << 20
+_FIRST_HEADER_CHUNK_BYTES: Final = 8 << 10
+_TIMESTAMP: Final = struct.Struct(">q")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,16 +123,19 @@ class FileRecords:
 
         Raises :class:`CorruptRecordError` on a declared length below 14 bytes (Kafka treats a
         zero-filled tail this way). Contents are not CRC-checked here; see :meth:`batches`.
+        Reads in chunks that start small (a lookup usually needs one header) and double.
         """
         end = self.size_bytes if end is None else min(end, self.size_bytes)
         position = start
         chunk = b""
         chunk_start = position
+        chunk_size = _FIRST_HEADER_CHUNK_BYTES
         while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
             rel = position - chunk_start
             if rel + layout.RECORD_BATCH_OVERHEAD > len(chunk):
-                chunk = self.read(position, min(_READ_CHUNK_BYTES, end - position))
+                chunk = self.read(position, min(chunk_size, end - position))
                 chunk_start = position
+                chunk_size = min(chunk_size * 2, _READ_CHUNK_BYTES)
                 rel = 0
             if len(chunk) - rel < layout.HEADER_SIZE_UP_TO_MAGIC:
                 return
@@ -154,7 +159,7 @@ class FileRecords:
                 )
             else:
                 (last_delta,) = _LENGTH.unpack_from(chunk, rel + layout.LAST_OFFSET_DELTA_OFFSET)
-                (max_ts,) = struct.unpack_from(">q", chunk, rel + layout.MAX_TIMESTAMP_OFFSET)
+                (max_ts,) = _TIMESTAMP.unpack_from(chunk, rel + layout.MAX_TIMESTAMP_OFFSET)
                 yield BatchHeader(
                     position, base_offset, base_offset + last_delta, size, max_ts, magic
                 )

@@ -16,7 +16,7 @@ from typing import Final
 from storagecore.records import _scan_py
 from storagecore.records.scan_types import ScanResult
 
-_Scan = Callable[[bytes, int, int], ScanResult]
+_Scan = Callable[[bytes | memoryview, int, int], ScanResult]
 
 
 def _select() -> tuple[_Scan, str]:
@@ -28,7 +28,7 @@ def _select() -> tuple[_Scan, str]:
         return _scan_py.scan_records, "python"
     native_scan = native.scan_records
 
-    def scan_native(payload: bytes, count: int, base_timestamp: int) -> ScanResult:
+    def scan_native(payload: bytes | memoryview, count: int, base_timestamp: int) -> ScanResult:
         return ScanResult(*native_scan(payload, count, base_timestamp))
 
     return scan_native, "c"

@@ -41,17 +41,18 @@ def _encode_unsigned(n: int) -> bytes:
 
 def decode_varint(buf: bytes | memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode a zigzag varint (at most 5 bytes) at ``pos``."""
-    return _decode(buf, pos, len(buf) if end is None else end, MAX_VARINT_BYTES, "varint")
+    return _decode(buf, pos, len(buf) if end is None else end, MAX_VARINT_BYTES, "varint", 32)
 
 
 def decode_varlong(buf: bytes | memoryview, pos: int, end: int | None = None) -> tuple[int, int]:
     """Decode a zigzag varlong (at most 10 bytes) at ``pos``."""
-    return _decode(buf, pos, len(buf) if end is None else end, MAX_VARLONG_BYTES, "varlong")
+    return _decode(buf, pos, len(buf) if end is None else end, MAX_VARLONG_BYTES, "varlong", 64)
 
 
-def _decode(
-    buf: bytes | memoryview, pos: int, end: int, max_bytes: int, what: str
+def _decode(  # noqa: PLR0917 - private, two callers
+    buf: bytes | memoryview, pos: int, end: int, max_bytes: int, what: str, bits: int
 ) -> tuple[int, int]:
+    """Kafka's ByteUtils.readVarint/readVarlong: bits beyond ``bits`` are dropped."""
     result = 0
     shift = 0
     start = pos
@@ -66,6 +67,7 @@ def _decode(
         shift += 7
         if pos - start >= max_bytes:
             raise CorruptRecordError(f"{what} at byte {start} is longer than {max_bytes} bytes")
+    result &= (1 << bits) - 1
     return (result >> 1) ^ -(result & 1), pos
 
 

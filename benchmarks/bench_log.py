@@ -1,0 +1,177 @@
+"""Append and read-by-offset throughput of the storage core, as ratios of plain file I/O.
+
+    .venv/bin/python benchmarks/bench_log.py [--mib 256] [--batch-kib 16]
+
+Measured in one run on the same bytes (this machine is shared and noisy: compare ratios, not
+absolute figures):
+
+* append: ``Log.append`` of pre-built 16 KiB batches (uncompressed, then lz4) into a log
+  directory, versus writing the same bytes to one plain file in the same chunks. Neither side
+  fsyncs per append (Kafka does not either; durability comes from flush and recovery), and both
+  end with one fsync so the comparison includes getting the data to disk.
+* read: ``Log.read`` by offset from the start to the end in 1 MiB fetches, versus reading the
+  same file sequentially in 1 MiB chunks (page cache warm for both).
+
+Targets (issue 2): append >= 0.7 and read >= 0.8 of the plain operation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+from storagecore import Compression, LogConfig, LogManager, NewRecord, TopicPartition, build_batch
+from storagecore.records import scan
+
+
+def make_batches(total_bytes: int, batch_bytes: int, codec: Compression) -> list[bytes]:
+    """Batches of about ``batch_bytes`` each (before compression) of 100-byte JSON-ish values."""
+    record_bytes = 120
+    per_batch = max(1, batch_bytes // record_bytes)
+    batches: list[bytes] = []
+    size = 0
+    i = 0
+    while size < total_bytes:
+        records = [
+            NewRecord(
+                key=b"user-%08d" % ((i + j) % 100_000),
+                value=b'{"event":"click","page":"/p/%06d","amount":%05d,"s":"%s"}'
+                % ((i + j) % 9973, (i + j) % 50_000, b"x" * 30),
+                timestamp=1_700_000_000_000 + i + j,
+            )
+            for j in range(per_batch)
+        ]
+        data = build_batch(records, compression=codec)
+        batches.append(data)
+        size += len(data)
+        i += per_batch
+    return batches
+
+
+def best_of(runs: int, fn: object) -> float:
+    timings = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        timings.append(time.perf_counter() - start)
+    return min(timings)
+
+
+def bench_append(root: Path, batches: list[bytes], runs: int) -> tuple[float, float]:
+    total = sum(len(b) for b in batches)
+
+    def plain() -> None:
+        path = root / "plain.bin"
+        with path.open("wb", buffering=0) as handle:
+            for data in batches:
+                handle.write(data)
+            os.fsync(handle.fileno())
+        path.unlink()
+
+    def log_append() -> None:
+        directory = root / "logdir"
+        manager = LogManager([directory], default_config=LogConfig())
+        log = manager.get_or_create_log(TopicPartition("bench", 0))
+        append = log.append
+        for data in batches:
+            append(data)
+        log.flush()
+        manager.shutdown()
+        shutil.rmtree(directory)
+
+    plain_s = best_of(runs, plain)
+    log_s = best_of(runs, log_append)
+    return total / plain_s, total / log_s
+
+
+def bench_read(root: Path, batches: list[bytes], runs: int) -> tuple[float, float]:
+    directory = root / "readdir"
+    manager = LogManager([directory], default_config=LogConfig())
+    log = manager.get_or_create_log(TopicPartition("bench", 0))
+    for data in batches:
+        log.append(data)
+    log.flush()
+    end = log.log_end_offset
+    path = log.active_segment.log.path
+    total = path.stat().st_size
+    fetch = 1 << 20
+
+    def plain() -> None:
+        with path.open("rb", buffering=0) as handle:
+            while handle.read(fetch):
+                pass
+
+    def log_read() -> None:
+        offset = 0
+        read = log.read
+        while offset < end:
+            result = read(offset, fetch)
+            records = result.records
+            # Next offset from the last complete batch header in the fetched range.
+            offset = _next_offset(records)
+
+    plain_s = best_of(runs, plain)
+    log_s = best_of(runs, log_read)
+    manager.shutdown()
+    shutil.rmtree(directory)
+    return total / plain_s, total / log_s
+
+
+_PREFIX = struct.Struct(">qi")  # base_offset, batch_length
+_DELTA = struct.Struct(">i")
+
+
+def _next_offset(records: bytes) -> int:
+    """What a consumer does with a fetch: walk the batch headers to the last complete one."""
+    position, end, next_offset = 0, len(records), 0
+    while end - position >= 61:
+        base_offset, length = _PREFIX.unpack_from(records, position)
+        if position + 12 + length > end:
+            break
+        next_offset = base_offset + _DELTA.unpack_from(records, position + 23)[0] + 1
+        position += 12 + length
+    return next_offset
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mib", type=int, default=256, help="bytes appended per run (MiB)")
+    parser.add_argument(
+        "--batch-kib", type=int, default=16, help="batch size (KiB, before compression)"
+    )
+    parser.add_argument("--runs", type=int, default=3, help="best of N runs per measurement")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="logkeeper-bench-", dir=os.environ.get("BENCH_DIR")))
+    print(
+        f"record scan implementation: {scan.IMPLEMENTATION}; {args.mib} MiB per run, "
+        f"{args.batch_kib} KiB batches, best of {args.runs}"
+    )
+    results = []
+    try:
+        for codec in (Compression.NONE, Compression.LZ4):
+            batches = make_batches(args.mib << 20, args.batch_kib << 10, codec)
+            plain, log = bench_append(root, batches, args.runs)
+            results.append((f"append {codec.config_name}", plain, log, 0.7))
+        batches = make_batches(args.mib << 20, args.batch_kib << 10, Compression.NONE)
+        plain, log = bench_read(root, batches, args.runs)
+        results.append(("read by offset", plain, log, 0.8))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{'operation':<18}{'plain MB/s':>12}{'log MB/s':>12}{'ratio':>8}{'target':>8}")
+    for name, plain, log, target in results:
+        ratio = log / plain
+        print(
+            f"{name:<18}{plain / 1e6:>12.0f}{log / 1e6:>12.0f}{ratio:>8.2f}{target:>8.2f}"
+            f"  {'ok' if ratio >= target else 'BELOW TARGET'}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Build of the optional native speed-up (storagecore.records._scan_c); metadata is in pyproject.
+
+If the C compiler is missing the build falls back to the pure-Python reference with a warning;
+the test suite then fails its "which implementation loaded" check, so CI cannot miss it.
+"""
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:
+            print(f"WARNING: native speed-ups not built ({exc}); using pure Python")
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            print(f"WARNING: {ext.name} not built ({exc}); using pure Python")
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "storagecore.records._scan_c",
+            ["storagecore/records/_scan_c.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror"],
+        )
+    ],
+    cmdclass={"build_ext": OptionalBuildExt},
+)
