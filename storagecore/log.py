@@ -22,6 +22,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from storagecore import files
 from storagecore.clock import Clock
@@ -43,8 +44,7 @@ MAX_TIMESTAMP = -3
 IoErrorCallback = Callable[[Path, OSError], None]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -55,8 +55,7 @@ class LogAppendInfo:
     valid_bytes: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class FetchResult:
+class FetchResult(NamedTuple):
     """Raw bytes of whole batches (the last possibly cut), plus the log's offsets at read time."""
 
     records: bytes

@@ -12,9 +12,10 @@ and a batch is rebuilt only when ``compression.type`` asks for another codec.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
+import struct
 from collections.abc import Callable, Sequence
+from typing import Final, NamedTuple
 
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
@@ -24,6 +25,11 @@ from storagecore.records.batch import NewRecord, RecordBatch, TimestampType
 from storagecore.records.codecs import DEFAULT_LEVELS, Compression, decompress
 from storagecore.records.crc import crc32c
 from storagecore.records.scan import scan_records
+
+_CODECS: Final = tuple(Compression)  # indexed by codec id
+_INT64: Final = struct.Struct(">q")
+_INT32: Final = struct.Struct(">i")
+assert [int(c) for c in _CODECS] == list(range(len(_CODECS)))
 
 
 class AppendOrigin(enum.Enum):
@@ -35,8 +41,7 @@ class AppendOrigin(enum.Enum):
     REPLICATION = "replication"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ValidatedRecords:
+class ValidatedRecords(NamedTuple):
     buffer: bytes | bytearray
     first_offset: int
     last_offset: int
@@ -100,11 +105,11 @@ def validate_and_assign_offsets(
     record_count = 0
     batch_count = 0
     pos = 0
+
+    def where() -> str:  # reads pos and batch_count when called: only on errors
+        return f"{tp}: batch {batch_count} (byte {pos} of the request)"
+
     while pos < end:
-
-        def where() -> str:
-            return f"{tp}: batch {batch_count} (byte {pos} of the request)"  # noqa: B023
-
         if end - pos < layout.RECORD_BATCH_OVERHEAD:
             raise CorruptRecordError(
                 f"{where()}: {end - pos} trailing bytes are not a complete batch header"
@@ -136,7 +141,10 @@ def validate_and_assign_offsets(
             raise CorruptRecordError(
                 f"{where()}: CRC mismatch (stored 0x{crc:08x}, computed 0x{computed:08x})"
             )
-        codec = Compression.from_id(attributes & layout.COMPRESSION_CODEC_MASK)
+        codec_id = attributes & layout.COMPRESSION_CODEC_MASK
+        if codec_id >= len(_CODECS):
+            Compression.from_id(codec_id)  # raises UnsupportedCompressionError
+        codec = _CODECS[codec_id]
         if size > max_message_bytes:
             raise RecordTooLargeError(
                 f"{where()}: {size} bytes exceeds max.message.bytes={max_message_bytes}"
@@ -178,18 +186,20 @@ def validate_and_assign_offsets(
             payload = raw if codec is Compression.NONE else decompress(codec, raw, decompressed_max)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"{where()}: {exc}") from exc
-        scan = scan_records(payload, count, base_timestamp)
-        if scan.problem is not None:
-            raise CorruptRecordError(f"{where()}: {scan.problem}")
-        if client and not scan.offsets_sequential:
+        problem, scan_max, scan_min, null_keys, sequential = scan_records(
+            payload, count, base_timestamp
+        )
+        if problem is not None:
+            raise CorruptRecordError(f"{where()}: {problem}")
+        if client and not sequential:
             raise InvalidRecordError(f"{where()}: record offset deltas are not 0..{count - 1}")
-        if config.compact and scan.null_key_count and not is_control:
+        if null_keys and config.compact and not is_control:
             raise InvalidRecordError(
                 f"{where()}: compacted topic cannot accept a record without a key "
-                f"({scan.null_key_count} null keys)"
+                f"({null_keys} null keys)"
             )
         if create_time and count and not is_control:
-            _check_timestamps(scan.min_timestamp, scan.max_timestamp, config, now_ms, where)
+            _check_timestamps(scan_min, scan_max, config, now_ms, where)
 
         target = target_compression(config, codec)
         if target is not codec and count and not is_control:
@@ -205,14 +215,16 @@ def validate_and_assign_offsets(
         else:
             buffer, at = out, pos
         batch_size = size if buffer is out else len(buffer)
-        batch_module.set_base_offset(buffer, at, assigned)
+        _INT64.pack_into(buffer, at + layout.BASE_OFFSET_OFFSET, assigned)
         if not replication:
-            batch_module.set_partition_leader_epoch(buffer, at, partition_leader_epoch)
+            _INT32.pack_into(
+                buffer, at + layout.PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch
+            )
         if not create_time:
             batch_module.set_max_timestamp(buffer, at, batch_size, timestamp_type, now_ms)
             batch_max = now_ms
         else:
-            batch_max = scan.max_timestamp if count else batch_max_timestamp
+            batch_max = scan_max if count else batch_max_timestamp
             type_bit = bool(attributes & layout.TIMESTAMP_TYPE_MASK)
             if batch_max != batch_max_timestamp or type_bit:
                 batch_module.set_max_timestamp(buffer, at, batch_size, timestamp_type, batch_max)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 from storagecore import durability, files
 from storagecore.errors import CorruptRecordError, SegmentOffsetOverflowError
@@ -22,8 +23,7 @@ from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
 logger = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RollParams:
+class RollParams(NamedTuple):
     """What :meth:`LogSegment.should_roll` needs to know about the incoming append."""
 
     max_segment_ms: int

@@ -37,6 +37,8 @@ class AbstractIndex:
         length = os.fstat(self._fd).st_size
         # Invariant: entries * entry.size <= file length; the entries are the valid prefix.
         self.entries = length // self.entry.size
+        # Last entry, cached for the append path; None means "read it from the file".
+        self._last: tuple[int, ...] | None = None
         self._mmap: mmap.mmap | None = None
         if new_file or writable:
             self._set_length(self._rounded(max_index_size_bytes) if writable else length)
@@ -77,6 +79,7 @@ class AbstractIndex:
             self._mmap = None
         os.ftruncate(self._fd, length)
         self.entries = min(self.entries, length // self.entry.size)
+        self._last = None
         self._map(length)
 
     def resize(self, new_size_bytes: int) -> bool:
@@ -93,6 +96,7 @@ class AbstractIndex:
     def reset(self) -> None:
         """Drop every entry and preallocate again (recovery rebuilds from the log)."""
         self.entries = 0
+        self._last = None
         self._set_length(0)
         self._set_length(self._rounded(self._max_index_size_bytes))
 
@@ -101,12 +105,18 @@ class AbstractIndex:
         assert self._mmap is not None and 0 <= n < self.entries
         return self.entry.unpack_from(self._mmap, n * self.entry.size)
 
+    def _last_raw(self) -> tuple[int, ...]:
+        if self._last is None:
+            self._last = self._entry(self.entries - 1)
+        return self._last
+
     def _write_entry(self, values: tuple[int, ...]) -> None:
-        if self.entries >= self.max_entries:
+        if self.entries >= self._length // self.entry.size:
             raise AssertionError(f"{self.path}: append to a full index ({self.entries} entries)")
         assert self._mmap is not None
         self.entry.pack_into(self._mmap, self.entries * self.entry.size, *values)
         self.entries += 1
+        self._last = values
 
     def _largest_lower_bound_slot(self, target: int, key_field: int, relative: bool) -> int:
         """Slot of the largest entry whose key is <= target, or -1 (binary search)."""
@@ -142,6 +152,7 @@ class AbstractIndex:
 
     def _truncate_to_entries(self, entries: int) -> None:
         self.entries = entries
+        self._last = None
 
     def flush(self) -> None:
         if self._mmap is not None:

@@ -30,7 +30,7 @@ class OffsetIndex(AbstractIndex):
         """Offset of the last entry, or the base offset when empty."""
         if self.entries == 0:
             return self.base_offset
-        return self.base_offset + self._entry(self.entries - 1)[0]
+        return self.base_offset + self._last_raw()[0]
 
     def entry_at(self, n: int) -> OffsetPosition:
         relative, position = self._entry(n)
@@ -41,7 +41,7 @@ class OffsetIndex(AbstractIndex):
         relative = offset - self.base_offset
         if not 0 <= relative <= 2**31 - 1:
             raise AssertionError(f"{self.path}: offset {offset} not relative-addressable")
-        if self.entries and offset <= self.last_offset:
+        if self.entries and relative <= self._last_raw()[0]:
             raise AssertionError(
                 f"{self.path}: offset {offset} appended after {self.last_offset} at entry "
                 f"{self.entries}"

@@ -37,7 +37,8 @@ class TimeIndex(AbstractIndex):
     def last_entry(self) -> TimestampOffset:
         if self.entries == 0:
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
-        return self.entry_at(self.entries - 1)
+        timestamp, relative = self._last_raw()
+        return TimestampOffset(timestamp, self.base_offset + relative)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Append ``(timestamp, offset)`` if ``timestamp`` exceeds the last entry's."""

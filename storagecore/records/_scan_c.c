@@ -17,8 +17,15 @@
 #define MAX_VARINT_BYTES 5
 #define MAX_VARLONG_BYTES 10
 
-/* 0 on success, -1 on a truncated or overlong encoding. */
-static int read_varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
+/* 0 on success, -1 on a truncated or overlong encoding. Most varints in a record are one byte
+ * (attributes, small deltas, key lengths, header counts): that case returns early. */
+static inline __attribute__((always_inline)) int read_varint(
+    const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
+    if (*pos < limit && !(buf[*pos] & 0x80)) {
+        uint32_t b = buf[(*pos)++];
+        *out = (int64_t)(int32_t)((b >> 1) ^ (uint32_t)(-(int32_t)(b & 1)));
+        return 0;
+    }
     uint32_t value = 0;
     int shift = 0;
     Py_ssize_t start = *pos;
@@ -34,7 +41,13 @@ static int read_varint(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, in
     return 0;
 }
 
-static int read_varlong(const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
+static inline __attribute__((always_inline)) int read_varlong(
+    const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
+    if (*pos < limit && !(buf[*pos] & 0x80)) {
+        uint64_t b = buf[(*pos)++];
+        *out = (int64_t)((b >> 1) ^ (uint64_t)(-(int64_t)(b & 1)));
+        return 0;
+    }
     uint64_t value = 0;
     int shift = 0;
     Py_ssize_t start = *pos;

@@ -7,15 +7,17 @@ and recovery paths 1000x slower without anybody noticing (kafka-python's silent 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import crc32c as _crc32c_package
 
 #: True when the package uses the SSE4.2/ARMv8 instruction (checked by a test, reported by tools).
 HARDWARE_BASED: bool = bool(getattr(_crc32c_package, "hardware_based", False))
 
 
-def crc32c(data: bytes | bytearray | memoryview) -> int:
-    """CRC-32C of ``data`` as an unsigned 32-bit integer."""
-    return int(_crc32c_package.crc32c(data))
+#: CRC-32C of a bytes-like object, as an unsigned 32-bit int (the package's C function itself:
+#: this sits on the append path, where even a Python wrapper call shows up).
+crc32c: Callable[[bytes | bytearray | memoryview], int] = _crc32c_package.crc32c
 
 
 assert crc32c(b"123456789") == 0xE3069283, "crc32c package does not compute CRC-32C"

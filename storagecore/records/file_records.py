@@ -9,13 +9,12 @@ declared size running past the end, is the end of the data (a torn tail); a decl
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from storagecore import durability
 from storagecore.errors import CorruptRecordError
@@ -31,8 +30,7 @@ _FIRST_HEADER_CHUNK_BYTES: Final = 8 << 10
 _TIMESTAMP: Final = struct.Struct(">q")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     """Where a batch sits in a file and the header fields the log layer needs."""
 
     position: int

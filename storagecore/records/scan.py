@@ -26,12 +26,9 @@ def _select() -> tuple[_Scan, str]:
         native = importlib.import_module("storagecore.records._scan_c")
     except ImportError:
         return _scan_py.scan_records, "python"
-    native_scan = native.scan_records
-
-    def scan_native(payload: bytes | memoryview, count: int, base_timestamp: int) -> ScanResult:
-        return ScanResult(*native_scan(payload, count, base_timestamp))
-
-    return scan_native, "c"
+    # The native function returns a plain tuple in ScanResult's field order; callers unpack it.
+    native_scan: _Scan = native.scan_records
+    return native_scan, "c"
 
 
 _SELECTED = _select()
