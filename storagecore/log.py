@@ -381,35 +381,47 @@ class Log:
         Raises :class:`OffsetOutOfRangeError` outside ``[log start, log end]``. At the log end
         the result is empty. ``max_offset`` bounds what is exposed (an isolation level).
         """
-        with self._lock, self._io(f"read from {self.tp}"):
-            log_end = self.log_end_offset
-            if start_offset < self._log_start_offset or start_offset > log_end:
-                raise OffsetOutOfRangeError(
-                    f"{self.tp}: offset {start_offset} is outside [{self._log_start_offset}, "
-                    f"{log_end}]"
-                )
-            upper = log_end if max_offset is None else min(max_offset, log_end)
+        with self._lock:
+            if self._offline or self._closed:
+                with self._io(f"read from {self.tp}"):
+                    pass
+            try:
+                return self._read_locked(start_offset, max_bytes, min_one_message, max_offset)
+            except OSError as exc:
+                with self._io(f"read from {self.tp}"):
+                    raise exc from None
+            raise AssertionError("unreachable")
 
-            def result(records: bytes, incomplete: bool = False) -> FetchResult:
-                return FetchResult(
-                    records, start_offset, self._log_start_offset, log_end, log_end, incomplete
-                )
+    def _read_locked(
+        self, start_offset: int, max_bytes: int, min_one_message: bool, max_offset: int | None
+    ) -> FetchResult:
+        log_end = self.log_end_offset
+        if start_offset < self._log_start_offset or start_offset > log_end:
+            raise OffsetOutOfRangeError(
+                f"{self.tp}: offset {start_offset} is outside [{self._log_start_offset}, {log_end}]"
+            )
+        upper = log_end if max_offset is None else min(max_offset, log_end)
 
-            if start_offset >= upper:
-                return result(b"")
-            index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
-            while index < len(self._segments):
-                segment = self._segments[index]
-                max_position = segment.size_bytes
-                if upper < segment.next_offset():
-                    header = segment.translate_offset(upper)
-                    if header is not None and header.base_offset >= upper:
-                        max_position = header.position
-                data = segment.read(start_offset, max_bytes, max_position, min_one_message)
-                if data is not None:
-                    return result(data.records, data.first_entry_incomplete)
-                index += 1
+        def result(records: bytes, incomplete: bool = False) -> FetchResult:
+            return FetchResult(
+                records, start_offset, self._log_start_offset, log_end, log_end, incomplete
+            )
+
+        if start_offset >= upper:
             return result(b"")
+        index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        while index < len(self._segments):
+            segment = self._segments[index]
+            max_position = segment.size_bytes
+            if upper < segment.next_offset():
+                header = segment.translate_offset(upper)
+                if header is not None and header.base_offset >= upper:
+                    max_position = header.position
+            data = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            if data is not None:
+                return result(data.records, data.first_entry_incomplete)
+            index += 1
+        return result(b"")
 
     def records(
         self,

@@ -22,6 +22,9 @@ from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
 
 logger = logging.getLogger(__name__)
 
+#: Single-header reads tried before a chunked header walk when translating an offset.
+_SHORT_WALK_BATCHES = 4
+
 
 class RollParams(NamedTuple):
     """What :meth:`LogSegment.should_roll` needs to know about the incoming append."""
@@ -189,6 +192,15 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (searching from the index hint)."""
         position = max(self.offset_index.lookup(offset).position, starting_position)
+        # The index entry usually points at the batch holding the offset or at the one before
+        # it (entries carry a batch's last offset): try a few single-header reads first.
+        for _ in range(_SHORT_WALK_BATCHES):
+            header = self.log.header_at(position)
+            if header is None:
+                break
+            if header.last_offset >= offset:
+                return header
+            position = header.position + header.size_bytes
         for header in self.log.batch_headers(min(position, self.log.size_bytes)):
             if header.last_offset >= offset:
                 return header

@@ -24,6 +24,8 @@ class OffsetPosition(NamedTuple):
 
 class OffsetIndex(AbstractIndex):
     entry = ENTRY
+    key_field = 0  # relative offset
+    key_typecode = "i"
 
     @property
     def last_offset(self) -> int:

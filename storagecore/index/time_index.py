@@ -25,6 +25,8 @@ class TimestampOffset(NamedTuple):
 
 class TimeIndex(AbstractIndex):
     entry = ENTRY
+    key_field = 0  # timestamp
+    key_typecode = "q"
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries - 1
@@ -42,19 +44,24 @@ class TimeIndex(AbstractIndex):
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Append ``(timestamp, offset)`` if ``timestamp`` exceeds the last entry's."""
-        if not skip_full_check and self.is_full():
+        entries = self.entries
+        if not skip_full_check and entries >= self.max_entries - 1:
             raise AssertionError(f"{self.path}: append to a full time index")
-        last = self.last_entry
-        if self.entries and offset < last.offset:
-            raise AssertionError(
-                f"{self.path}: offset {offset} appended after {last.offset} at entry {self.entries}"
-            )
-        if self.entries and timestamp < last.timestamp:
-            raise AssertionError(
-                f"{self.path}: timestamp {timestamp} appended after {last.timestamp}"
-            )
-        if timestamp > last.timestamp:
-            relative = offset - self.base_offset
+        relative = offset - self.base_offset
+        if entries:
+            last_timestamp, last_relative = self._last_raw()
+            if relative < last_relative:
+                raise AssertionError(
+                    f"{self.path}: offset {offset} appended after "
+                    f"{self.base_offset + last_relative} at entry {entries}"
+                )
+            if timestamp < last_timestamp:
+                raise AssertionError(
+                    f"{self.path}: timestamp {timestamp} appended after {last_timestamp}"
+                )
+        else:
+            last_timestamp = NO_TIMESTAMP
+        if timestamp > last_timestamp:
             if not 0 <= relative <= 2**31 - 1:
                 raise AssertionError(f"{self.path}: offset {offset} not relative-addressable")
             if self.entries >= self.max_entries:

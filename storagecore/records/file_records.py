@@ -116,6 +116,22 @@ class FileRecords:
         return int(os.stat(self.path).st_mtime * 1000)
 
     # -- scans ---------------------------------------------------------------------------------
+    def header_at(self, position: int) -> BatchHeader | None:
+        """The header of a complete, plausibly framed batch at ``position``, else None."""
+        if self.size_bytes - position < layout.RECORD_BATCH_OVERHEAD:
+            return None
+        data = os.pread(self._fd, layout.RECORD_BATCH_OVERHEAD, position)
+        if len(data) < layout.RECORD_BATCH_OVERHEAD:
+            return None
+        base_offset, length = _HEADER_PREFIX.unpack_from(data, 0)
+        size = length + layout.LOG_OVERHEAD
+        if size < layout.RECORD_BATCH_OVERHEAD or position + size > self.size_bytes:
+            return None
+        (last_delta,) = _LENGTH.unpack_from(data, layout.LAST_OFFSET_DELTA_OFFSET)
+        (max_ts,) = _TIMESTAMP.unpack_from(data, layout.MAX_TIMESTAMP_OFFSET)
+        magic = data[layout.MAGIC_OFFSET]
+        return BatchHeader(position, base_offset, base_offset + last_delta, size, max_ts, magic)
+
     def batch_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
         """Headers of the batches in ``[start, end)``, stopping at a torn tail.
 
