@@ -1,4 +1,4 @@
-"""Build of the optional native speed-up (storagecore.records._scan_c); metadata is in pyproject.
+"""Build of the optional native speed-up (storagecore.records._native); metadata is in pyproject.
 
 If the C compiler is missing the build falls back to the pure-Python reference with a warning;
 the test suite then fails its "which implementation loaded" check, so CI cannot miss it.
@@ -25,8 +25,8 @@ class OptionalBuildExt(build_ext):
 setup(
     ext_modules=[
         Extension(
-            "storagecore.records._scan_c",
-            ["storagecore/records/_scan_c.c"],
+            "storagecore.records._native",
+            ["storagecore/records/_native.c"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         )
     ],

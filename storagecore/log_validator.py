@@ -24,9 +24,11 @@ from storagecore.records import layout
 from storagecore.records.batch import NewRecord, RecordBatch, TimestampType
 from storagecore.records.codecs import DEFAULT_LEVELS, Compression, decompress
 from storagecore.records.crc import crc32c
-from storagecore.records.scan import scan_records
+from storagecore.records.scan import scan_records, validate_uncompressed
 
 _CODECS: Final = tuple(Compression)  # indexed by codec id
+#: compression.type values under which an uncompressed batch is stored as it came.
+_KEEPS_UNCOMPRESSED: Final = frozenset({"producer", "uncompressed", "none"})
 _INT64: Final = struct.Struct(">q")
 _INT32: Final = struct.Struct(">i")
 assert [int(c) for c in _CODECS] == list(range(len(_CODECS)))
@@ -90,6 +92,29 @@ def validate_and_assign_offsets(
     if end == 0:
         raise InvalidRecordError(f"{tp}: empty append")
     out = bytearray(view)  # the one copy of the request; offsets are patched into it
+    if (
+        validate_uncompressed is not None
+        and config.message_timestamp_type == "CreateTime"
+        and config.compression_type in _KEEPS_UNCOMPRESSED
+    ):
+        # Native fast path: same checks, same bytes; None hands the request to the code below.
+        native = validate_uncompressed(
+            out,
+            next_offset,
+            now_ms,
+            origin is AppendOrigin.CLIENT,
+            origin is AppendOrigin.REPLICATION,
+            config.compact,
+            config.max_message_bytes,
+            partition_leader_epoch,
+            config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms,
+            crc32c,
+        )
+        if native is not None:
+            first, last, max_ts, offset_of_max, records, batches = native
+            return ValidatedRecords(out, first, last, max_ts, offset_of_max, records, batches, -1)
+        out = bytearray(view)  # the fast path may have patched some batches before giving up
     replacements: list[tuple[int, int, bytes]] = []  # (position, old size, rebuilt batch)
     create_time = config.message_timestamp_type != "LogAppendTime"
     timestamp_type = TimestampType.CREATE_TIME if create_time else TimestampType.LOG_APPEND_TIME

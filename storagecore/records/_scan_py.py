@@ -1,6 +1,6 @@
 """Pure-Python reference implementation of :func:`storagecore.records.scan.scan_records`.
 
-The native module ``_scan_c`` gives identical results, problem messages included; tests run both
+The native module ``_native`` gives identical results, problem messages included; tests run both
 on the same inputs. Varints follow Kafka's ByteUtils: at most 5 (varint) or 10 (varlong) bytes,
 bits beyond 32 / 64 dropped.
 """

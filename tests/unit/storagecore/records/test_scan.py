@@ -14,16 +14,16 @@ from storagecore.records import _scan_py, layout, scan
 from storagecore.records.scan_types import ScanResult
 
 try:
-    _scan_c = importlib.import_module("storagecore.records._scan_c")
+    _native = importlib.import_module("storagecore.records._native")
 except ImportError:  # pragma: no cover - the build is checked by test_expected_implementation
-    _scan_c = None
+    _native = None
 
-needs_native = pytest.mark.skipif(_scan_c is None, reason="native speed-up not built")
+needs_native = pytest.mark.skipif(_native is None, reason="native speed-up not built")
 
 
 def native(payload: bytes, count: int, base_ts: int) -> ScanResult:
-    assert _scan_c is not None
-    return ScanResult(*_scan_c.scan_records(payload, count, base_ts))
+    assert _native is not None
+    return ScanResult(*_native.scan_records(payload, count, base_ts))
 
 
 def test_expected_implementation_is_loaded() -> None:
@@ -34,9 +34,9 @@ def test_expected_implementation_is_loaded() -> None:
 
 @needs_native
 def test_native_constants_match_the_layout() -> None:
-    assert _scan_c is not None
-    assert _scan_c.MAX_VARINT_BYTES == layout.MAX_VARINT_BYTES
-    assert _scan_c.MAX_VARLONG_BYTES == layout.MAX_VARLONG_BYTES
+    assert _native is not None
+    assert _native.MAX_VARINT_BYTES == layout.MAX_VARINT_BYTES
+    assert _native.MAX_VARLONG_BYTES == layout.MAX_VARLONG_BYTES
 
 
 def _payload(records: list[NewRecord]) -> tuple[bytes, int, int]:
@@ -68,7 +68,7 @@ def test_valid_batches(records: list[NewRecord]) -> None:
     assert expected.min_timestamp == min(r.timestamp for r in records)
     assert expected.null_key_count == sum(r.key is None for r in records)
     assert expected.offsets_sequential
-    if _scan_c is not None:
+    if _native is not None:
         assert native(payload, count, base_ts) == expected
 
 
@@ -111,7 +111,7 @@ def test_random_bytes_agree(data: bytes, count: int, base_ts: int) -> None:
 )
 def test_problems_are_named(payload: bytes, count: int, message: str) -> None:
     assert message in (_scan_py.scan_records(payload, count, 0).problem or "")
-    if _scan_c is not None:
+    if _native is not None:
         assert native(payload, count, 0) == _scan_py.scan_records(payload, count, 0)
 
 
@@ -120,5 +120,5 @@ def test_offset_deltas_out_of_sequence() -> None:
         [NewRecord(b"a", b"", 0, offset_delta=0), NewRecord(b"b", b"", 0, offset_delta=2)]
     )
     assert not _scan_py.scan_records(payload, count, base_ts).offsets_sequential
-    if _scan_c is not None:
+    if _native is not None:
         assert not native(payload, count, base_ts).offsets_sequential

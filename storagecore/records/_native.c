@@ -1,0 +1,402 @@
+/* Native speed-ups of storagecore.records: the record scan and the append fast path.
+ *
+ * Walks the records of an uncompressed batch payload without building objects: checks framing
+ * (length varints, field lengths, header keys, nothing left over), and reports the min and max
+ * record timestamps, the number of null keys and whether offset deltas run 0..n-1.
+ *
+ * The pure-Python reference is storagecore/records/_scan_py.py; both must return identical
+ * results (including problem messages) on every input, which tests/unit/.../test_scan.py checks.
+ * Varint widths are Kafka's (ByteUtils.readVarint / readVarlong): at most 5 and 10 bytes, bits
+ * beyond 32 / 64 dropped. They are exported as MAX_VARINT_BYTES / MAX_VARLONG_BYTES and a test
+ * checks them against storagecore.records.layout.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define MAX_VARINT_BYTES 5
+#define MAX_VARLONG_BYTES 10
+
+/* 0 on success, -1 on a truncated or overlong encoding. Most varints in a record are one byte
+ * (attributes, small deltas, key lengths, header counts): that case returns early. */
+static inline __attribute__((always_inline)) int read_varint(
+    const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
+    if (*pos < limit && !(buf[*pos] & 0x80)) {
+        uint32_t b = buf[(*pos)++];
+        *out = (int64_t)(int32_t)((b >> 1) ^ (uint32_t)(-(int32_t)(b & 1)));
+        return 0;
+    }
+    uint32_t value = 0;
+    int shift = 0;
+    Py_ssize_t start = *pos;
+    for (;;) {
+        if (*pos >= limit) return -1;
+        uint8_t b = buf[(*pos)++];
+        value |= (uint32_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+        if (*pos - start >= MAX_VARINT_BYTES) return -1;
+    }
+    *out = (int64_t)(int32_t)((value >> 1) ^ (uint32_t)(-(int32_t)(value & 1)));
+    return 0;
+}
+
+static inline __attribute__((always_inline)) int read_varlong(
+    const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
+    if (*pos < limit && !(buf[*pos] & 0x80)) {
+        uint64_t b = buf[(*pos)++];
+        *out = (int64_t)((b >> 1) ^ (uint64_t)(-(int64_t)(b & 1)));
+        return 0;
+    }
+    uint64_t value = 0;
+    int shift = 0;
+    Py_ssize_t start = *pos;
+    for (;;) {
+        if (*pos >= limit) return -1;
+        uint8_t b = buf[(*pos)++];
+        value |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+        if (*pos - start >= MAX_VARLONG_BYTES) return -1;
+    }
+    *out = (int64_t)((value >> 1) ^ (uint64_t)(-(int64_t)(value & 1)));
+    return 0;
+}
+
+/* Result of walking the records of one uncompressed payload. */
+typedef struct {
+    int problem;              /* PROBLEM_* below; 0 when the records are well framed */
+    Py_ssize_t index, start;  /* record and byte position of the problem */
+    long long length;         /* declared record length (PROBLEM_LENGTH, PROBLEM_BODY) */
+    Py_ssize_t extra;         /* fields-take (PROBLEM_BODY) or bytes left (PROBLEM_LEFTOVER) */
+    long long max_ts, min_ts;
+    Py_ssize_t null_keys;
+    int sequential;
+} scan_t;
+
+enum {
+    PROBLEM_NONE = 0, PROBLEM_VARINT, PROBLEM_LENGTH, PROBLEM_PAST_RECORD, PROBLEM_HEADER_COUNT,
+    PROBLEM_NULL_HEADER_KEY, PROBLEM_BODY, PROBLEM_TIMESTAMP, PROBLEM_LEFTOVER,
+};
+
+static void scan_impl(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
+                      long long base_timestamp, scan_t *r) {
+    Py_ssize_t pos = 0;
+    r->problem = PROBLEM_NONE;
+    r->max_ts = -1;
+    r->min_ts = INT64_MAX;
+    r->null_keys = 0;
+    r->sequential = 1;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        Py_ssize_t start = pos;
+        int64_t length, ts_delta, offset_delta, key_length, value_length, header_count;
+        r->index = index;
+        r->start = start;
+        if (read_varint(buf, &pos, end, &length) < 0) goto bad_varint;
+        Py_ssize_t body_end = pos + (Py_ssize_t)length;
+        if (length < 0 || length > end - pos) {
+            r->problem = PROBLEM_LENGTH;
+            r->length = length;
+            return;
+        }
+        if (pos + 1 > body_end) goto bad_varint;
+        pos += 1; /* attributes */
+        if (read_varlong(buf, &pos, body_end, &ts_delta) < 0) goto bad_varint;
+        if (read_varint(buf, &pos, body_end, &offset_delta) < 0) goto bad_varint;
+        if (offset_delta != index) r->sequential = 0;
+        if (read_varint(buf, &pos, body_end, &key_length) < 0) goto bad_varint;
+        if (key_length < 0) {
+            r->null_keys++;
+        } else {
+            if (key_length > body_end - pos) goto past_record;
+            pos += (Py_ssize_t)key_length;
+        }
+        if (read_varint(buf, &pos, body_end, &value_length) < 0) goto bad_varint;
+        if (value_length > 0) {
+            if (value_length > body_end - pos) goto past_record;
+            pos += (Py_ssize_t)value_length;
+        }
+        if (read_varint(buf, &pos, body_end, &header_count) < 0) goto bad_varint;
+        if (header_count < 0) {
+            r->problem = PROBLEM_HEADER_COUNT;
+            return;
+        }
+        for (int64_t h = 0; h < header_count; h++) {
+            int64_t hk, hv;
+            if (read_varint(buf, &pos, body_end, &hk) < 0) goto bad_varint;
+            if (hk < 0) {
+                r->problem = PROBLEM_NULL_HEADER_KEY;
+                return;
+            }
+            if (hk > body_end - pos) goto past_record;
+            pos += (Py_ssize_t)hk;
+            if (read_varint(buf, &pos, body_end, &hv) < 0) goto bad_varint;
+            if (hv > 0) {
+                if (hv > body_end - pos) goto past_record;
+                pos += (Py_ssize_t)hv;
+            }
+        }
+        if (pos != body_end) {
+            r->problem = PROBLEM_BODY;
+            r->length = length;
+            r->extra = pos - body_end + (Py_ssize_t)length;
+            return;
+        }
+        long long timestamp;
+        if (__builtin_add_overflow(base_timestamp, (long long)ts_delta, &timestamp)) {
+            r->problem = PROBLEM_TIMESTAMP;
+            return;
+        }
+        if (timestamp > r->max_ts) r->max_ts = timestamp;
+        if (timestamp < r->min_ts) r->min_ts = timestamp;
+        continue;
+    bad_varint:
+        r->problem = PROBLEM_VARINT;
+        return;
+    past_record:
+        r->problem = PROBLEM_PAST_RECORD;
+        return;
+    }
+    if (pos != end) {
+        r->problem = PROBLEM_LEFTOVER;
+        r->index = count;
+        r->extra = end - pos;
+        return;
+    }
+    if (count == 0) r->min_ts = -1;
+}
+
+static PyObject *failed(PyObject *message) {
+    if (message == NULL) return NULL;
+    return Py_BuildValue("(NLLnO)", message, (long long)-1, (long long)-1, (Py_ssize_t)0, Py_False);
+}
+
+static PyObject *scan_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t count;
+    long long base_timestamp;
+    if (!PyArg_ParseTuple(args, "y*nL", &view, &count, &base_timestamp)) return NULL;
+    scan_t r;
+    scan_impl((const uint8_t *)view.buf, view.len, count, base_timestamp, &r);
+    PyBuffer_Release(&view);
+    switch (r.problem) {
+    case PROBLEM_NONE:
+        return Py_BuildValue("(OLLnO)", Py_None, r.max_ts, r.min_ts, r.null_keys,
+                             r.sequential ? Py_True : Py_False);
+    case PROBLEM_VARINT:
+        return failed(PyUnicode_FromFormat(
+            "record %zd at byte %zd: truncated or overlong varint", r.index, r.start));
+    case PROBLEM_LENGTH:
+        return failed(PyUnicode_FromFormat(
+            "record %zd at byte %zd: length %lld runs past the batch", r.index, r.start, r.length));
+    case PROBLEM_PAST_RECORD:
+        return failed(PyUnicode_FromFormat(
+            "record %zd at byte %zd: a field runs past the record", r.index, r.start));
+    case PROBLEM_HEADER_COUNT:
+        return failed(PyUnicode_FromFormat(
+            "record %zd at byte %zd: negative header count", r.index, r.start));
+    case PROBLEM_NULL_HEADER_KEY:
+        return failed(PyUnicode_FromFormat(
+            "record %zd at byte %zd: null header key", r.index, r.start));
+    case PROBLEM_BODY:
+        return failed(PyUnicode_FromFormat(
+            "record %zd at byte %zd: body declares %lld bytes, fields take %zd", r.index, r.start,
+            r.length, r.extra));
+    case PROBLEM_TIMESTAMP:
+        return failed(PyUnicode_FromFormat(
+            "record %zd at byte %zd: timestamp overflows int64", r.index, r.start));
+    default:
+        return failed(PyUnicode_FromFormat(
+            "%zd bytes left after %zd records (incorrect declared batch size)", r.extra, count));
+    }
+}
+
+/* ---- whole-request validation of uncompressed batches (the append fast path) ------------------
+ *
+ * validate_uncompressed(out, next_offset, now_ms, client, replication, compact, max_message_bytes,
+ *                       leader_epoch, before_max_ms, after_max_ms, crc32c)
+ *
+ * `out` is a bytearray holding a copy of the request. When every batch is uncompressed and every
+ * check of storagecore.log_validator passes, patches base offsets, leader epochs and (where they
+ * differ) max timestamps and CRCs into `out`, and returns
+ * (first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count, batch_count).
+ * Otherwise returns None and leaves the decision (and the error message) to the Python reference,
+ * which is the specification. The topic must use CreateTime. Field positions are those of
+ * storagecore/records/layout.py; test_native.py checks the exported copies.
+ */
+#define LOG_OVERHEAD 12
+#define RECORD_BATCH_OVERHEAD 61
+#define BASE_OFFSET_OFFSET 0
+#define LENGTH_OFFSET 8
+#define PARTITION_LEADER_EPOCH_OFFSET 12
+#define MAGIC_OFFSET 16
+#define CRC_OFFSET 17
+#define ATTRIBUTES_OFFSET 21
+#define LAST_OFFSET_DELTA_OFFSET 23
+#define BASE_TIMESTAMP_OFFSET 27
+#define MAX_TIMESTAMP_OFFSET 35
+#define PRODUCER_ID_OFFSET 43
+#define BASE_SEQUENCE_OFFSET 53
+#define RECORDS_COUNT_OFFSET 57
+#define CODEC_MASK 0x07
+#define TIMESTAMP_TYPE_MASK 0x08
+#define CONTROL_FLAG_MASK 0x20
+
+static inline int64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static inline int32_t get32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static inline int16_t get16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+static inline void put64(uint8_t *p, int64_t value) {
+    uint64_t v = (uint64_t)value;
+    for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v >>= 8; }
+}
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+}
+
+/* CRC-32C of out[start:end] through the Python-level crc32c function; -1 on error. */
+static long long crc_of(PyObject *crc_func, uint8_t *base, Py_ssize_t start, Py_ssize_t end) {
+    PyObject *view = PyMemoryView_FromMemory((char *)base + start, end - start, PyBUF_READ);
+    if (view == NULL) return -1;
+    PyObject *value = PyObject_CallOneArg(crc_func, view);
+    Py_DECREF(view);
+    if (value == NULL) return -1;
+    unsigned long long crc = PyLong_AsUnsignedLongLong(value);
+    Py_DECREF(value);
+    if (PyErr_Occurred()) return -1;
+    return (long long)crc;
+}
+
+static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
+    PyObject *out_obj, *crc_func;
+    long long next_offset, now_ms, before_max_ms, after_max_ms;
+    int client, replication, compact, leader_epoch;
+    Py_ssize_t max_message_bytes;
+    if (!PyArg_ParseTuple(args, "YLLpppniLLO", &out_obj, &next_offset, &now_ms, &client,
+                          &replication, &compact, &max_message_bytes, &leader_epoch,
+                          &before_max_ms, &after_max_ms, &crc_func))
+        return NULL;
+    uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out_obj);
+    Py_ssize_t end = PyByteArray_GET_SIZE(out_obj);
+    if (end == 0) Py_RETURN_NONE;
+    long long counter = next_offset, first_offset = -1, max_timestamp = -1, offset_of_max = -1;
+    long long record_count = 0;
+    Py_ssize_t batch_count = 0, pos = 0;
+    while (pos < end) {
+        if (end - pos < RECORD_BATCH_OVERHEAD) Py_RETURN_NONE;
+        uint8_t *b = buf + pos;
+        int64_t base_offset = get64(b + BASE_OFFSET_OFFSET);
+        int32_t length = get32(b + LENGTH_OFFSET);
+        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+        if (size < RECORD_BATCH_OVERHEAD || size > end - pos) Py_RETURN_NONE;
+        if (b[MAGIC_OFFSET] != 2) Py_RETURN_NONE;
+        uint32_t stored_crc = (uint32_t)get32(b + CRC_OFFSET);
+        long long crc = crc_of(crc_func, buf, pos + ATTRIBUTES_OFFSET, pos + size);
+        if (crc < 0) return NULL;
+        if ((uint32_t)crc != stored_crc) Py_RETURN_NONE;
+        int16_t attributes = get16(b + ATTRIBUTES_OFFSET);
+        if ((attributes & CODEC_MASK) != 0) Py_RETURN_NONE; /* compressed: the Python path */
+        if (size > max_message_bytes) Py_RETURN_NONE;
+        int is_control = (attributes & CONTROL_FLAG_MASK) != 0;
+        int32_t last_delta = get32(b + LAST_OFFSET_DELTA_OFFSET);
+        int64_t base_timestamp = get64(b + BASE_TIMESTAMP_OFFSET);
+        int64_t batch_max_timestamp = get64(b + MAX_TIMESTAMP_OFFSET);
+        int64_t producer_id = get64(b + PRODUCER_ID_OFFSET);
+        int32_t base_sequence = get32(b + BASE_SEQUENCE_OFFSET);
+        int32_t count = get32(b + RECORDS_COUNT_OFFSET);
+        if (client) {
+            if (base_offset != 0) Py_RETURN_NONE;
+            if (count <= 0 || (int64_t)last_delta + 1 != count) Py_RETURN_NONE;
+            if (is_control) Py_RETURN_NONE;
+            if (producer_id != -1 && base_sequence < 0) Py_RETURN_NONE;
+            if (attributes & TIMESTAMP_TYPE_MASK) Py_RETURN_NONE;
+        } else if (count < 0 || last_delta < 0 || (int64_t)count > (int64_t)last_delta + 1) {
+            Py_RETURN_NONE;
+        }
+        long long assigned;
+        if (replication) {
+            if (base_offset < counter) Py_RETURN_NONE;
+            assigned = base_offset;
+        } else {
+            assigned = counter;
+        }
+        scan_t r;
+        scan_impl(b + RECORD_BATCH_OVERHEAD, size - RECORD_BATCH_OVERHEAD, count, base_timestamp, &r);
+        if (r.problem != PROBLEM_NONE) Py_RETURN_NONE;
+        if (client && !r.sequential) Py_RETURN_NONE;
+        if (r.null_keys && compact && !is_control) Py_RETURN_NONE;
+        if (count && !is_control) {
+            long long behind, ahead;
+            if (__builtin_sub_overflow(now_ms, r.min_ts, &behind) || behind > before_max_ms)
+                Py_RETURN_NONE;
+            if (__builtin_sub_overflow(r.max_ts, now_ms, &ahead) || ahead > after_max_ms)
+                Py_RETURN_NONE;
+        }
+        long long last_offset;
+        if (__builtin_add_overflow(assigned, (long long)last_delta, &last_offset)) Py_RETURN_NONE;
+        put64(b + BASE_OFFSET_OFFSET, assigned);
+        if (!replication) put32(b + PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)leader_epoch);
+        long long batch_max = count ? r.max_ts : batch_max_timestamp;
+        if (batch_max != batch_max_timestamp || (attributes & TIMESTAMP_TYPE_MASK)) {
+            uint16_t cleared = (uint16_t)attributes & (uint16_t)~TIMESTAMP_TYPE_MASK;
+            b[ATTRIBUTES_OFFSET] = (uint8_t)(cleared >> 8);
+            b[ATTRIBUTES_OFFSET + 1] = (uint8_t)cleared;
+            put64(b + MAX_TIMESTAMP_OFFSET, batch_max);
+            long long fixed = crc_of(crc_func, buf, pos + ATTRIBUTES_OFFSET, pos + size);
+            if (fixed < 0) return NULL;
+            put32(b + CRC_OFFSET, (uint32_t)fixed);
+        }
+        if (first_offset < 0) first_offset = assigned;
+        if (batch_max > max_timestamp) {
+            max_timestamp = batch_max;
+            offset_of_max = last_offset;
+        }
+        counter = last_offset + 1;
+        record_count += count;
+        batch_count++;
+        pos += size;
+    }
+    return Py_BuildValue("(LLLLLn)", first_offset, counter - 1, max_timestamp,
+                         offset_of_max >= 0 ? offset_of_max : counter - 1, record_count, batch_count);
+}
+
+static PyMethodDef methods[] = {
+    {"scan_records", scan_records, METH_VARARGS,
+     "scan_records(payload, count, base_timestamp) -> (problem, max_ts, min_ts, null_keys, sequential)"},
+    {"validate_uncompressed", validate_uncompressed, METH_VARARGS,
+     "Whole-request validation of uncompressed batches; None means: use the Python path."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "MAX_VARINT_BYTES", MAX_VARINT_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_VARLONG_BYTES", MAX_VARLONG_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "RECORD_BATCH_OVERHEAD", RECORD_BATCH_OVERHEAD) < 0 ||
+        PyModule_AddIntConstant(m, "LOG_OVERHEAD", LOG_OVERHEAD) < 0 ||
+        PyModule_AddIntConstant(m, "PARTITION_LEADER_EPOCH_OFFSET", PARTITION_LEADER_EPOCH_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "MAGIC_OFFSET", MAGIC_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "CRC_OFFSET", CRC_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "ATTRIBUTES_OFFSET", ATTRIBUTES_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "LAST_OFFSET_DELTA_OFFSET", LAST_OFFSET_DELTA_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "BASE_TIMESTAMP_OFFSET", BASE_TIMESTAMP_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_TIMESTAMP_OFFSET", MAX_TIMESTAMP_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "PRODUCER_ID_OFFSET", PRODUCER_ID_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "BASE_SEQUENCE_OFFSET", BASE_SEQUENCE_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "RECORDS_COUNT_OFFSET", RECORDS_COUNT_OFFSET) < 0 ||
+        PyModule_AddIntConstant(m, "COMPRESSION_CODEC_MASK", CODEC_MASK) < 0 ||
+        PyModule_AddIntConstant(m, "TIMESTAMP_TYPE_MASK", TIMESTAMP_TYPE_MASK) < 0 ||
+        PyModule_AddIntConstant(m, "CONTROL_FLAG_MASK", CONTROL_FLAG_MASK) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
