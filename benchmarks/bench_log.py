@@ -24,6 +24,7 @@ import shutil
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from storagecore import Compression, LogConfig, LogManager, NewRecord, TopicPartition, build_batch
@@ -61,13 +62,18 @@ def make_batches(total_bytes: int, batch_bytes: int, codec: Compression) -> list
     return batches
 
 
-def best_of(runs: int, fn: object) -> float:
-    timings = []
+def best_of_interleaved(
+    runs: int, plain: Callable[[], None], log: Callable[[], None]
+) -> tuple[float, float]:
+    """Best time of each side, the runs alternating (plain, log, plain, log, ...) so that a
+    noisy stretch of the shared machine hits both sides alike."""
+    plain_times, log_times = [], []
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()  # type: ignore[operator]
-        timings.append(time.perf_counter() - start)
-    return min(timings)
+        for fn, times in ((plain, plain_times), (log, log_times)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return min(plain_times), min(log_times)
 
 
 def bench_append(root: Path, batches: list[bytes], runs: int) -> tuple[float, float]:
@@ -92,8 +98,7 @@ def bench_append(root: Path, batches: list[bytes], runs: int) -> tuple[float, fl
         manager.shutdown()
         shutil.rmtree(directory)
 
-    plain_s = best_of(runs, plain)
-    log_s = best_of(runs, log_append)
+    plain_s, log_s = best_of_interleaved(runs, plain, log_append)
     return total / plain_s, total / log_s
 
 
@@ -123,8 +128,7 @@ def bench_read(root: Path, batches: list[bytes], runs: int) -> tuple[float, floa
             # Next offset from the last complete batch header in the fetched range.
             offset = _next_offset(records)
 
-    plain_s = best_of(runs, plain)
-    log_s = best_of(runs, log_read)
+    plain_s, log_s = best_of_interleaved(runs, plain, log_read)
     manager.shutdown()
     shutil.rmtree(directory)
     return total / plain_s, total / log_s
@@ -154,7 +158,7 @@ def main() -> None:
     parser.add_argument(
         "--batch-kib", type=int, default=16, help="batch size (KiB, before compression)"
     )
-    parser.add_argument("--runs", type=int, default=3, help="best of N runs per measurement")
+    parser.add_argument("--runs", type=int, default=5, help="best of N runs per measurement")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="logkeeper-bench-", dir=os.environ.get("BENCH_DIR")))
     print(

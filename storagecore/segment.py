@@ -264,16 +264,22 @@ class LogSegment:
                 break
 
     def should_roll(self, params: RollParams) -> bool:
-        reached_roll_ms = (
+        """Kafka's roll conditions: the append would pass ``segment.bytes``; the segment is
+        older than ``segment.ms`` minus jitter (by record time); an index is full; or the
+        incoming offsets are not addressable from this base. Checked cheapest first."""
+        size = self.log.size_bytes
+        if size > params.max_segment_bytes - params.messages_size:
+            return True
+        offset_index, time_index = self.offset_index, self.time_index
+        if offset_index.entries >= offset_index.max_entries:
+            return True
+        if time_index.entries >= time_index.max_entries - 1:
+            return True
+        if not 0 <= params.max_offset_in_messages - self.base_offset <= INT32_MAX:
+            return True
+        return size > 0 and (
             self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
             > params.max_segment_ms - self.rolling_jitter_ms
-        )
-        return (
-            self.size_bytes > params.max_segment_bytes - params.messages_size
-            or (self.size_bytes > 0 and reached_roll_ms)
-            or self.offset_index.is_full()
-            or self.time_index.is_full()
-            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
         )
 
     def on_become_inactive_segment(self) -> None:
