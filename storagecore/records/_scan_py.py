@@ -1,14 +1,16 @@
 """Pure-Python reference implementation of :func:`storagecore.records.scan.scan_records`.
 
 The native module ``_native`` gives identical results, problem messages included; tests run both
-on the same inputs. Varints follow Kafka's ByteUtils: at most 5 (varint) or 10 (varlong) bytes,
-bits beyond 32 / 64 dropped.
+on the same inputs. Varints are decoded by :mod:`storagecore.records.varint` (Kafka's ByteUtils:
+at most 5 or 10 bytes, bits beyond 32 / 64 dropped).
 """
 
 from __future__ import annotations
 
-from storagecore.records.layout import MAX_VARINT_BYTES, MAX_VARLONG_BYTES, NO_TIMESTAMP
+from storagecore.errors import CorruptRecordError
+from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.records.scan_types import ScanResult
+from storagecore.records.varint import decode_varint, decode_varlong
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -17,25 +19,18 @@ class _VarintError(Exception):
     pass
 
 
-def _varint(
-    payload: bytes | memoryview, pos: int, limit: int, max_bytes: int, mask: int
-) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    start = pos
-    while True:
-        if pos >= limit:
-            raise _VarintError("truncated or overlong varint")
-        b = payload[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-        if pos - start >= max_bytes:
-            raise _VarintError("truncated or overlong varint")
-    result &= mask
-    return (result >> 1) ^ -(result & 1), pos
+def _varint(payload: bytes | memoryview, pos: int, limit: int) -> tuple[int, int]:
+    try:
+        return decode_varint(payload, pos, limit)
+    except CorruptRecordError:
+        raise _VarintError("truncated or overlong varint") from None
+
+
+def _varlong(payload: bytes | memoryview, pos: int, limit: int) -> tuple[int, int]:
+    try:
+        return decode_varlong(payload, pos, limit)
+    except CorruptRecordError:
+        raise _VarintError("truncated or overlong varint") from None
 
 
 def scan_records(payload: bytes | memoryview, count: int, base_timestamp: int) -> ScanResult:
@@ -49,40 +44,40 @@ def scan_records(payload: bytes | memoryview, count: int, base_timestamp: int) -
         start = pos
         where = f"record {index} at byte {start}"
         try:
-            length, pos = _varint(payload, pos, end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+            length, pos = _varint(payload, pos, end)
             body_end = pos + length
             if length < 0 or length > end - pos:
                 return ScanResult.failed(f"{where}: length {length} runs past the batch")
             if pos + 1 > body_end:
                 raise _VarintError("truncated or overlong varint")
             pos += 1  # attributes
-            ts_delta, pos = _varint(payload, pos, body_end, MAX_VARLONG_BYTES, 2**64 - 1)
-            offset_delta, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+            ts_delta, pos = _varlong(payload, pos, body_end)
+            offset_delta, pos = _varint(payload, pos, body_end)
             if offset_delta != index:
                 sequential = False
-            key_length, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+            key_length, pos = _varint(payload, pos, body_end)
             if key_length < 0:
                 null_keys += 1
             else:
                 if key_length > body_end - pos:
                     return ScanResult.failed(f"{where}: a field runs past the record")
                 pos += key_length
-            value_length, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+            value_length, pos = _varint(payload, pos, body_end)
             if value_length > 0:
                 if value_length > body_end - pos:
                     return ScanResult.failed(f"{where}: a field runs past the record")
                 pos += value_length
-            header_count, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+            header_count, pos = _varint(payload, pos, body_end)
             if header_count < 0:
                 return ScanResult.failed(f"{where}: negative header count")
             for _ in range(header_count):
-                header_key, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+                header_key, pos = _varint(payload, pos, body_end)
                 if header_key < 0:
                     return ScanResult.failed(f"{where}: null header key")
                 if header_key > body_end - pos:
                     return ScanResult.failed(f"{where}: a field runs past the record")
                 pos += header_key
-                header_value, pos = _varint(payload, pos, body_end, MAX_VARINT_BYTES, 0xFFFFFFFF)
+                header_value, pos = _varint(payload, pos, body_end)
                 if header_value > 0:
                     if header_value > body_end - pos:
                         return ScanResult.failed(f"{where}: a field runs past the record")

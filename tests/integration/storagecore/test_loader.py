@@ -377,75 +377,50 @@ def _offsets_after_reload(directory: Path, clock: ManualClock) -> list[int]:
     return offsets
 
 
-def test_swap_phase1_only_cleaned_files_abort(
-    directory: Path, clock: ManualClock, swap_setup
-) -> None:  # type: ignore[no-untyped-def]
-    log, olds, original, _ = swap_setup
-    _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
+# Each state of the table in docs/crash-protocols.md, built by renaming files the way the
+# protocol does up to the crash: (which segments, which of them, old suffix, new suffix).
+# "new" are the cleaned replacements, "old" the segments they replace; "desc" renames in
+# descending offset order, as the protocol does.
+CLEANED, SWAP, DELETED = files.CLEANED_SUFFIX, files.SWAP_SUFFIX, files.DELETED_SUFFIX
+ALL_SWAPPED = ("new", "desc", CLEANED, SWAP)
+SWAP_STATES = {
+    "phase 1: only .cleaned files": ([], "old"),
+    "phase 2: renaming to .swap half done": ([("new", "last", CLEANED, SWAP)], "old"),
+    "phase 3: all .swap, old segments present": ([ALL_SWAPPED], "new"),
+    "phase 4: old segments partly .deleted": ([ALL_SWAPPED, ("old", "last", "", DELETED)], "new"),
+    "phase 5: .swap partly stripped": (
+        [ALL_SWAPPED, ("old", "all", "", DELETED), ("new", "first", SWAP, "")],
+        "new",
+    ),
+    "phase 6: done, .deleted files left": (
+        [("old", "all", "", DELETED), ("new", "all", CLEANED, "")],
+        "new",
+    ),
+}
+
+
+@pytest.mark.parametrize("state", list(SWAP_STATES))
+def test_every_swap_crash_state_resolves_to_old_or_new(
+    directory: Path,
+    clock: ManualClock,
+    swap_setup: tuple[Log, list[LogSegment], list[int], list[int]],
+    state: str,
+) -> None:
+    log, olds, original, expected = swap_setup
+    new_bases = _cleaned_copy(directory, log, olds, CLEANED)
     log.close()
-    assert _offsets_after_reload(directory, clock) == original
-
-
-def test_swap_phase2_partially_renamed_to_swap_aborts(
-    directory: Path, clock: ManualClock, swap_setup
-) -> None:  # type: ignore[no-untyped-def]
-    log, olds, original, _ = swap_setup
-    bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
-    log.close()
-    _rename(
-        directory, bases[-1], files.CLEANED_SUFFIX, files.SWAP_SUFFIX
-    )  # descending order: last first
-    assert _offsets_after_reload(directory, clock) == original
-
-
-def test_swap_phase3_all_swap_files_complete(
-    directory: Path, clock: ManualClock, swap_setup
-) -> None:  # type: ignore[no-untyped-def]
-    log, olds, _, expected = swap_setup
-    bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
-    log.close()
-    for base in reversed(bases):
-        _rename(directory, base, files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
-    assert _offsets_after_reload(directory, clock) == expected
-
-
-def test_swap_phase4_old_segments_partly_renamed_to_deleted(
-    directory: Path, clock: ManualClock, swap_setup
-) -> None:  # type: ignore[no-untyped-def]
-    log, olds, _, expected = swap_setup
-    bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
-    log.close()
-    for base in reversed(bases):
-        _rename(directory, base, files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
-    _rename(directory, olds[1].base_offset, "", files.DELETED_SUFFIX)
-    assert _offsets_after_reload(directory, clock) == expected
-
-
-def test_swap_phase5_swap_suffix_partly_stripped(
-    directory: Path, clock: ManualClock, swap_setup
-) -> None:  # type: ignore[no-untyped-def]
-    log, olds, _, expected = swap_setup
-    bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
-    log.close()
-    for base in reversed(bases):
-        _rename(directory, base, files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
-    for old in olds:
-        _rename(directory, old.base_offset, "", files.DELETED_SUFFIX)
-    _rename(directory, bases[0], files.SWAP_SUFFIX, "")
-    assert _offsets_after_reload(directory, clock) == expected
-
-
-def test_swap_phase6_done_but_deleted_files_remain(
-    directory: Path, clock: ManualClock, swap_setup
-) -> None:  # type: ignore[no-untyped-def]
-    log, olds, _, expected = swap_setup
-    bases = _cleaned_copy(directory, log, olds, files.CLEANED_SUFFIX)
-    log.close()
-    for old in olds:
-        _rename(directory, old.base_offset, "", files.DELETED_SUFFIX)
-    for base in bases:
-        _rename(directory, base, files.CLEANED_SUFFIX, "")
-    assert _offsets_after_reload(directory, clock) == expected
+    steps, outcome = SWAP_STATES[state]
+    for group, which, old_suffix, new_suffix in steps:
+        bases = new_bases if group == "new" else [s.base_offset for s in olds]
+        chosen = {
+            "first": bases[:1],
+            "last": bases[-1:],
+            "all": bases,
+            "desc": sorted(bases, reverse=True),
+        }[which]
+        for base in chosen:
+            _rename(directory, base, old_suffix, new_suffix)
+    assert _offsets_after_reload(directory, clock) == (original if outcome == "old" else expected)
 
 
 def test_loaded_log_accepts_appends_after_recovery(directory: Path, clock: ManualClock) -> None:
