@@ -199,24 +199,31 @@ class Log:
         return f"Log({self.tp}, dir={self.directory})"
 
     # -- I/O failures --------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _io(self, what: str) -> Iterator[None]:
+    def _check_usable(self) -> None:
         if self._offline:
             raise LogDirOfflineError(
                 f"{self.tp}: the log directory {self.parent_dir} is offline after an I/O error"
             )
         if self._closed:
             raise LogDirOfflineError(f"{self.tp}: the log is closed")
+
+    def _io_failed(self, what: str, exc: OSError) -> LogDirOfflineError:
+        """An OSError takes the log (and through the callback its log dir) offline."""
+        self.mark_offline()
+        if self._on_io_error is not None:
+            self._on_io_error(self.parent_dir, exc)
+        return LogDirOfflineError(
+            f"{self.tp}: {what} failed in {self.directory}: {exc}; the log directory "
+            f"{self.parent_dir} is now offline"
+        )
+
+    @contextlib.contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        self._check_usable()
         try:
             yield
         except OSError as exc:
-            self.mark_offline()
-            if self._on_io_error is not None:
-                self._on_io_error(self.parent_dir, exc)
-            raise LogDirOfflineError(
-                f"{self.tp}: {what} failed in {self.directory}: {exc}; the log directory "
-                f"{self.parent_dir} is now offline"
-            ) from exc
+            raise self._io_failed(what, exc) from exc
 
     def mark_offline(self) -> None:
         self._offline = True
@@ -228,18 +235,14 @@ class Log:
         """Validate, assign offsets from the log end offset, roll if needed, append.
 
         Nothing is written unless every batch of ``data`` is valid. (The hot path: the I/O guard
-        is inlined rather than a context manager.)
+        is spelled out rather than taken from the ``_io`` context manager, which costs more.)
         """
         with self._lock:
-            if self._offline or self._closed:
-                with self._io(f"append to {self.tp}"):
-                    pass
+            self._check_usable()
             try:
                 return self._append_locked(data, origin)
             except OSError as exc:
-                with self._io(f"append to {self.tp}"):
-                    raise exc from None
-            raise AssertionError("unreachable")
+                raise self._io_failed(f"append to {self.tp}", exc) from exc
 
     def _append_locked(
         self, data: bytes | bytearray | memoryview, origin: AppendOrigin
@@ -382,15 +385,11 @@ class Log:
         the result is empty. ``max_offset`` bounds what is exposed (an isolation level).
         """
         with self._lock:
-            if self._offline or self._closed:
-                with self._io(f"read from {self.tp}"):
-                    pass
+            self._check_usable()
             try:
                 return self._read_locked(start_offset, max_bytes, min_one_message, max_offset)
             except OSError as exc:
-                with self._io(f"read from {self.tp}"):
-                    raise exc from None
-            raise AssertionError("unreachable")
+                raise self._io_failed(f"read from {self.tp}", exc) from exc
 
     def _read_locked(
         self, start_offset: int, max_bytes: int, min_one_message: bool, max_offset: int | None

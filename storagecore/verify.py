@@ -162,7 +162,7 @@ def _verify_partition(
             report.error(
                 path, f"base offset {base} overlaps the previous segment, which ends at {expected}"
             )
-        next_offset, batch_ends = _verify_segment(path, base, expected, report, summary)
+        next_offset, batch_ends = _verify_segment(path, base, report, summary)
         _verify_offset_index(
             files.index_file(directory, base), base, next_offset, batch_ends, report
         )
@@ -176,7 +176,7 @@ def _verify_partition(
 
 
 def _verify_segment(
-    path: Path, base: int, previous_end: int | None, report: VerifyReport, summary: PartitionSummary
+    path: Path, base: int, report: VerifyReport, summary: PartitionSummary
 ) -> tuple[int, dict[int, tuple[int, int]]]:
     """Returns the segment's next offset and {batch position: (base offset, last offset)}."""
     records = FileRecords(path, create=False)
@@ -221,7 +221,6 @@ def _verify_segment(
             )
     finally:
         records.close()
-    _ = previous_end
     return next_offset, batches
 
 

@@ -565,28 +565,6 @@ def set_max_timestamp(
     _UINT32.pack_into(buffer, position + layout.CRC_OFFSET, crc)
 
 
-def iter_batches(buffer: Buffer) -> Iterator[tuple[int, RecordBatch]]:
-    """Split a buffer that must hold only complete batches; raise on any partial or bad frame."""
-    pos = 0
-    end = len(buffer)
-    view = memoryview(buffer)
-    while pos < end:
-        if end - pos < layout.LOG_OVERHEAD:
-            raise CorruptRecordError(
-                f"{end - pos} trailing bytes at byte {pos} are not a complete batch"
-            )
-        (length,) = _INT32.unpack_from(buffer, pos + layout.LENGTH_OFFSET)
-        size = length + layout.LOG_OVERHEAD
-        if length < layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD:
-            raise CorruptRecordError(f"batch at byte {pos}: declared length {length} is too small")
-        if pos + size > end:
-            raise CorruptRecordError(
-                f"batch at byte {pos}: declared size {size} runs past the {end}-byte buffer"
-            )
-        yield pos, RecordBatch(view[pos : pos + size])
-        pos += size
-
-
 def iter_complete_batches(buffer: Buffer) -> Iterator[tuple[int, RecordBatch]]:
     """Batches of a fetch result: whole batches, a cut-off last batch silently ignored."""
     pos = 0

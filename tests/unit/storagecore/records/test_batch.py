@@ -9,7 +9,7 @@ import pytest
 from storagecore import ControlType, NewRecord, RecordBatch, build_batch, build_control_batch
 from storagecore.errors import CorruptRecordError, UnsupportedCompressionError
 from storagecore.records import layout
-from storagecore.records.batch import TimestampType, iter_batches, iter_complete_batches
+from storagecore.records.batch import TimestampType, iter_complete_batches
 from storagecore.records.codecs import Compression
 from storagecore.records.crc import HARDWARE_BASED, crc32c
 from tests.conftest import records
@@ -161,12 +161,12 @@ def test_unknown_codec_in_attributes() -> None:
         RecordBatch(_with_crc(corrupted)).validate()
 
 
-def test_iter_batches_rejects_partial_trailing_batch() -> None:
+def test_iter_complete_batches_ignores_a_cut_last_batch() -> None:
     data = build_batch(records(2)) + build_batch(records(3))
-    assert [b.records_count for _, b in iter_batches(data)] == [2, 3]
-    with pytest.raises(CorruptRecordError, match="runs past"):
-        list(iter_batches(data[:-5]))
+    assert [b.records_count for _, b in iter_complete_batches(data)] == [2, 3]
     assert [b.records_count for _, b in iter_complete_batches(data[:-5])] == [2]
+    with pytest.raises(CorruptRecordError, match="declared length 0 is too small"):
+        list(iter_complete_batches(data + bytes(20)))
 
 
 def test_builder_rejects_decreasing_offset_deltas() -> None:
