@@ -238,6 +238,20 @@ def test_max_message_bytes(tmp_path: Path, clock: ManualClock) -> None:
         log.append(batch(1, value_size=600))
 
 
+@pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
+def test_highly_compressible_batches_are_accepted(
+    tmp_path: Path, clock: ManualClock, codec: Compression
+) -> None:
+    """8 MiB of records (more than 5x max.message.bytes) in a batch below max.message.bytes."""
+    log = open_log(tmp_path, clock)
+    data = build_batch(
+        [NewRecord(key=b"k", value=bytes(2 << 20), timestamp=START_MS) for _ in range(4)],
+        compression=codec,
+    )
+    assert len(data) < log.config.max_message_bytes
+    assert log.append(data).record_count == 4
+
+
 def test_timestamp_bounds(tmp_path: Path, clock: ManualClock) -> None:
     log = open_log(
         tmp_path, clock, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=10
