@@ -162,7 +162,7 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="logkeeper-bench-", dir=os.environ.get("BENCH_DIR")))
     print(
-        f"record scan implementation: {scan.IMPLEMENTATION}; {args.mib} MiB per run, "
+        f"record scan implementation: {scan.IMPLEMENTATION}; {args.mib} MiB stored per run, "
         f"{args.batch_kib} KiB batches, best of {args.runs}"
     )
     results = []
