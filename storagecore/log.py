@@ -64,6 +64,9 @@ class FetchResult(NamedTuple):
     high_watermark: int
     log_end_offset: int
     first_entry_incomplete: bool = False
+    #: Where the next sequential fetch starts: after the last complete batch in ``records``
+    #: (the fetch offset itself when ``records`` holds no complete batch).
+    next_offset: int = -1
 
 
 @dataclasses.dataclass(slots=True)
@@ -401,9 +404,15 @@ class Log:
             )
         upper = log_end if max_offset is None else min(max_offset, log_end)
 
-        def result(records: bytes, incomplete: bool = False) -> FetchResult:
+        def result(records: bytes, incomplete: bool = False, next_offset: int = -1) -> FetchResult:
             return FetchResult(
-                records, start_offset, self._log_start_offset, log_end, log_end, incomplete
+                records,
+                start_offset,
+                self._log_start_offset,
+                log_end,
+                log_end,
+                incomplete,
+                start_offset if next_offset < 0 else next_offset,
             )
 
         if start_offset >= upper:
@@ -418,7 +427,7 @@ class Log:
                     max_position = header.position
             data = segment.read(start_offset, max_bytes, max_position, min_one_message)
             if data is not None:
-                return result(data.records, data.first_entry_incomplete)
+                return result(data.records, data.first_entry_incomplete, data.next_offset)
             index += 1
         return result(b"")
 

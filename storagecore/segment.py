@@ -46,6 +46,8 @@ class FetchData:
     position: int
     records: bytes
     first_entry_incomplete: bool = False
+    #: Offset after the last complete batch in ``records`` (where the next fetch starts).
+    next_offset: int = -1
 
 
 class LogSegment:
@@ -225,17 +227,41 @@ class LogSegment:
         if header is None:
             return None
         adjusted_max = max(max_size, header.size_bytes) if min_one_message else max_size
-        if adjusted_max == 0 or header.position >= max_position:
-            return FetchData(start_offset, self.base_offset, header.position, b"")
+        position = header.position
+        if adjusted_max == 0 or position >= max_position:
+            return FetchData(start_offset, self.base_offset, position, b"", False, start_offset)
         if not min_one_message and header.size_bytes > max_size:
-            return FetchData(start_offset, self.base_offset, header.position, b"", True)
-        fetch_size = min(max_position - header.position, adjusted_max)
+            return FetchData(start_offset, self.base_offset, position, b"", True, start_offset)
+        fetch_size = min(max_position - position, adjusted_max)
         return FetchData(
             start_offset,
             self.base_offset,
-            header.position,
-            self.log.read(header.position, fetch_size),
+            position,
+            self.log.read(position, fetch_size),
+            False,
+            self._next_offset_before(header, position + fetch_size),
         )
+
+    def _next_offset_before(self, first: BatchHeader, end: int) -> int:
+        """Offset after the last batch that ends at or before position ``end``.
+
+        The batch ``first`` is whole. The walk starts one index entry before the last entry at or
+        below ``end``: that entry's batch ends at or before the next entry, hence before ``end``,
+        so the walk always passes the last complete batch (a short walk: entries are at most
+        ``index.interval.bytes`` plus one batch apart).
+        """
+        if end >= self.log.size_bytes:
+            return self.next_offset()
+        position = max(
+            self.offset_index.lookup_position(end, entries_back=1).position, first.position
+        )
+        next_offset = first.base_offset  # nothing complete: the fetch is one cut batch
+        while True:
+            header = self.log.header_at(position)
+            if header is None or header.position + header.size_bytes > end:
+                return next_offset
+            next_offset = header.next_offset
+            position += header.size_bytes
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int

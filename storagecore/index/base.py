@@ -27,9 +27,6 @@ class AbstractIndex:
     """Entries of ``entry.size`` bytes, sorted by offset (and for the time index by timestamp)."""
 
     entry: struct.Struct
-    #: Which column of an entry lookups search on, and its array typecode.
-    key_field: int
-    key_typecode: str
 
     def __init__(
         self, path: Path, base_offset: int, max_index_size_bytes: int, writable: bool = True
@@ -44,11 +41,11 @@ class AbstractIndex:
         self.entries = length // self.entry.size
         # Last entry, cached for the append path; None means "read it from the file".
         self._last: tuple[int, ...] | None = None
-        # Search keys (relative offsets or timestamps) as a native array, built on the first
-        # lookup and extended by appends, so lookups are a C-level bisect instead of a Python
-        # loop over the mmap. Costs half the index's valid bytes (int32 keys) or as much
+        # Searched columns (relative offsets, positions, timestamps) as native arrays, built on
+        # the first lookup and extended by appends, so lookups are a C-level bisect instead of a
+        # Python loop over the mmap. Each costs half the index's valid bytes (int32) or as much
         # (int64); dropped whenever entries are truncated or reset.
-        self._keys: array.array[int] | None = None
+        self._columns: dict[int, array.array[int]] = {}
         self._mmap: mmap.mmap | None = None
         if new_file or writable:
             self._set_length(self._rounded(max_index_size_bytes) if writable else length)
@@ -88,7 +85,7 @@ class AbstractIndex:
         os.ftruncate(self._fd, length)
         self.entries = min(self.entries, length // self.entry.size)
         self._last = None
-        self._keys = None
+        self._columns.clear()
         self._map(length)
 
     def resize(self, new_size_bytes: int) -> bool:
@@ -106,7 +103,7 @@ class AbstractIndex:
         """Drop every entry and preallocate again (recovery rebuilds from the log)."""
         self.entries = 0
         self._last = None
-        self._keys = None
+        self._columns.clear()
         self._set_length(0)
         self._set_length(self._rounded(self._max_index_size_bytes))
 
@@ -127,24 +124,26 @@ class AbstractIndex:
         self.entry.pack_into(self._mmap, self.entries * self.entry.size, *values)
         self.entries += 1
         self._last = values
-        if self._keys is not None:
-            self._keys.append(values[self.key_field])
+        for field, column in self._columns.items():
+            column.append(values[field])
 
-    def _search_keys(self) -> array.array[int]:
-        if self._keys is None:
+    def _column(self, field: int) -> array.array[int]:
+        """One column of the entries as a native array, built once and extended by appends."""
+        column = self._columns.get(field)
+        if column is None:
             assert self._mmap is not None or self.entries == 0
             raw = self._mmap[: self.entries * self.entry.size] if self._mmap is not None else b""
-            columns = self.entry.iter_unpack(raw)
-            self._keys = array.array(self.key_typecode, (e[self.key_field] for e in columns))
-        return self._keys
+            typecode = self.entry.format[1 + field]
+            column = array.array(typecode, (e[field] for e in self.entry.iter_unpack(raw)))
+            self._columns[field] = column
+        return column
 
     def _largest_lower_bound_slot(self, target: int, key_field: int, relative: bool) -> int:
-        """Slot of the largest entry whose key is <= target, or -1 (binary search)."""
-        assert key_field == self.key_field
+        """Slot of the largest entry whose ``key_field`` is <= target, or -1."""
         if self.entries == 0:
             return -1
         key = target - self.base_offset if relative else target
-        return bisect.bisect_right(self._search_keys(), key) - 1
+        return bisect.bisect_right(self._column(key_field), key) - 1
 
     def _smallest_upper_bound_slot(self, target: int, key_field: int, relative: bool) -> int:
         """Slot of the smallest entry whose key is >= target, or -1."""
@@ -165,7 +164,7 @@ class AbstractIndex:
     def _truncate_to_entries(self, entries: int) -> None:
         self.entries = entries
         self._last = None
-        self._keys = None
+        self._columns.clear()
 
     def flush(self) -> None:
         if self._mmap is not None:

@@ -24,8 +24,6 @@ class OffsetPosition(NamedTuple):
 
 class OffsetIndex(AbstractIndex):
     entry = ENTRY
-    key_field = 0  # relative offset
-    key_typecode = "i"
 
     @property
     def last_offset(self) -> int:
@@ -52,6 +50,14 @@ class OffsetIndex(AbstractIndex):
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         slot = self._largest_lower_bound_slot(target_offset, 0, relative=True)
+        if slot < 0:
+            return OffsetPosition(self.base_offset, 0)
+        return self.entry_at(slot)
+
+    def lookup_position(self, position: int, entries_back: int = 0) -> OffsetPosition:
+        """The last entry whose position is <= ``position`` (or the one ``entries_back`` before
+        it), or ``(base_offset, 0)``."""
+        slot = self._largest_lower_bound_slot(position, 1, relative=False) - entries_back
         if slot < 0:
             return OffsetPosition(self.base_offset, 0)
         return self.entry_at(slot)

@@ -25,8 +25,6 @@ class TimestampOffset(NamedTuple):
 
 class TimeIndex(AbstractIndex):
     entry = ENTRY
-    key_field = 0  # timestamp
-    key_typecode = "q"
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries - 1

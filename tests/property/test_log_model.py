@@ -85,6 +85,7 @@ class LogMachine(RuleBasedStateMachine):
             return
         batches = [b for _, b in iter_complete_batches(fetched.records)]
         assert batches, "a read below the log end returns at least one whole batch"
+        assert fetched.next_offset == batches[-1].next_offset
         assert batches[0].base_offset <= offset <= batches[0].last_offset
         for batch in batches:
             batch.validate()

@@ -81,6 +81,24 @@ def test_read_semantics(tmp_path: Path, clock: ManualClock) -> None:
     assert [r.offset for r in log.records(7, 12)] == list(range(7, 12))
 
 
+def test_fetch_reports_where_the_next_fetch_starts(tmp_path: Path, clock: ManualClock) -> None:
+    log = open_log(tmp_path, clock, index_interval_bytes=100)
+    for _ in range(20):
+        log.append(batch(5, value_size=40))
+    size = len(batch(5, value_size=40))
+    offset = 0
+    while offset < log.log_end_offset:
+        fetched = log.read(offset, size * 3 + 10)  # three whole batches and a cut fourth
+        complete = [b for _, b in iter_complete_batches(fetched.records)]
+        assert fetched.next_offset == complete[-1].next_offset
+        offset = fetched.next_offset
+    assert offset == 100
+    cut = log.read(0, 10, min_one_message=False)
+    assert cut.records == b"" and cut.next_offset == 0
+    bounded = log.read(0, 1 << 20, max_offset=50)
+    assert bounded.next_offset == 50
+
+
 def test_reads_cross_segments_and_gaps(tmp_path: Path, clock: ManualClock) -> None:
     log = open_log(tmp_path, clock, segment_bytes=300)
     for _ in range(20):
