@@ -430,3 +430,56 @@ def test_loaded_log_accepts_appends_after_recovery(directory: Path, clock: Manua
     info = reloaded.append(build_batch([NewRecord(key=b"k", value=b"after", timestamp=START_MS)]))
     assert info.first_offset == 60
     assert next(iter(reloaded.records(60))).value == b"after"
+
+
+def test_recover_with_empty_active_segment(directory: Path, clock: ManualClock) -> None:
+    """Kafka testRecoverWithEmptyActiveSegment: a crash right after a roll."""
+    log = write_log(directory, clock)
+    log.roll()
+    end = log.log_end_offset
+    assert log.active_segment.size_bytes == 0
+    crash(log)
+    reloaded = reopen(directory, clock, clean=False)
+    assert reloaded.log_end_offset == end
+    assert reloaded.active_segment.base_offset == end
+    assert [r.offset for r in reloaded.records()] == list(range(end))
+    assert reloaded.append(batch(1)).first_offset == end
+
+
+def test_log_recovers_to_correct_offset_and_index_entries(
+    directory: Path, clock: ManualClock
+) -> None:
+    """Kafka testLogRecoversToCorrectOffset: same end offset, same index entry counts."""
+    log = write_log(directory, clock, config=CONFIG)
+    end = log.log_end_offset
+    entries = [s.offset_index.entries for s in log.segments[:-1]]
+    last_time_entries = [s.time_index.last_entry for s in log.segments[:-1]]
+    log.flush()
+    log.close()
+    reloaded = reopen(directory, clock, clean=False, recovery_point=0)
+    assert reloaded.log_end_offset == end
+    assert [s.offset_index.entries for s in reloaded.segments[:-1]] == entries
+    assert [s.time_index.last_entry for s in reloaded.segments[:-1]] == last_time_entries
+
+
+def test_over_compacted_offsets_roll_and_load(directory: Path, clock: ManualClock) -> None:
+    """Kafka testOverCompactedLogRecovery: offsets that jump past Int.MAX within what would be
+    one segment (as compaction can leave them) go to a new segment and load again."""
+    from storagecore import AppendOrigin
+
+    log = Log.open(directory, CONFIG, clock)
+    log.append(
+        build_batch([NewRecord(key=b"a", value=b"1", timestamp=START_MS)]),
+        origin=AppendOrigin.REPLICATION,
+    )
+    jump = 2**31 + 5
+    log.append(
+        build_batch([NewRecord(key=b"b", value=b"2", timestamp=START_MS)], base_offset=jump),
+        origin=AppendOrigin.REPLICATION,
+    )
+    assert [s.base_offset for s in log.segments] == [0, jump]
+    log.flush()
+    log.close()
+    reloaded = reopen(directory, clock, clean=False)
+    assert [r.offset for r in reloaded.records()] == [0, jump]
+    assert reloaded.log_end_offset == jump + 1

@@ -395,3 +395,33 @@ def test_io_error_takes_the_log_offline(tmp_path: Path, clock: ManualClock) -> N
     assert failures and failures[0][0] == tmp_path
     with pytest.raises(LogDirOfflineError, match="offline after an I/O error"):
         log.read(0, 100)
+
+
+def test_roll_deletes_stale_files_at_the_new_base(tmp_path: Path, clock: ManualClock) -> None:
+    """Kafka testRollSegmentThatAlreadyExists: leftover files named like the new segment."""
+    log = open_log(tmp_path, clock)
+    log.append(batch(3))
+    stale = log.directory / "00000000000000000003.log"
+    stale.write_bytes(b"garbage from an earlier life")
+    (log.directory / "00000000000000000003.index").write_bytes(b"\x00" * 16)
+    log.roll()
+    assert log.active_segment.base_offset == 3 and stale.stat().st_size == 0
+    assert log.append(batch(1)).first_offset == 3
+    assert [r.offset for r in log.records()] == [0, 1, 2, 3]
+
+
+def test_deleted_segment_files_stay_readable_until_unlinked(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Kafka testFileReferencesAfterAsyncDelete: a reader holding the segment keeps working."""
+    log = open_log(tmp_path, clock, segment_bytes=300, file_delete_delay_ms=1000)
+    while len(log.segments) < 3:
+        log.append(batch(2, value_size=40))
+    first = log.segments[0]
+    log.delete_segments([first], "test")
+    assert first.log.path.name.endswith(".log.deleted")
+    fetched = first.read(first.base_offset, 10_000)
+    assert fetched is not None and fetched.records
+    clock.advance(1000)
+    log.delete_expired_files()
+    assert not first.log.path.exists()
