@@ -229,7 +229,8 @@ def _parse_produce_line(line: str, number: int, now_ms: int) -> Any:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from storagecore import Compression, LogManager, SystemClock, TopicPartition
-    from storagecore.errors import ConfigError
+    from storagecore.errors import ConfigError, StorageError
+    from storagecore.log_validator import validate_and_assign_offsets
     from storagecore.records.batch import build_batch
 
     if args.batch_records < 1:
@@ -237,25 +238,25 @@ def cmd_produce(args: argparse.Namespace) -> int:
     config, configs = _topic_config(args)
     compression = Compression.from_name(args.compression)
     now_ms = SystemClock().milliseconds()
-    records = [
-        _parse_produce_line(line, number, now_ms)
+    numbered = [
+        (number, _parse_produce_line(line, number, now_ms))
         for number, line in enumerate(sys.stdin, start=1)
         if line.strip()
     ]
-    batches = [
-        build_batch(records[i : i + args.batch_records], compression=compression)
-        for i in range(0, len(records), args.batch_records)
+    chunks = [
+        numbered[i : i + args.batch_records] for i in range(0, len(numbered), args.batch_records)
     ]
+    batches = [build_batch([r for _, r in chunk], compression=compression) for chunk in chunks]
     tp = TopicPartition(args.topic, args.partition)
+    # Validate every batch against the topic's config before anything is created or appended:
+    # all or nothing, and the error names the stdin lines of the batch at fault.
+    for chunk, batch in zip(chunks, batches, strict=True):
+        try:
+            validate_and_assign_offsets(batch, tp=tp, config=config, next_offset=0, now_ms=now_ms)
+        except StorageError as exc:
+            raise type(exc)(f"stdin lines {chunk[0][0]}-{chunk[-1][0]}: {exc}") from exc
     with LogManager([args.dir], config_for=configs) as manager:
         log = manager.get_or_create_log(tp, config)
-        # Validate every batch against this log before appending any: all or nothing.
-        from storagecore.log_validator import validate_and_assign_offsets
-
-        for batch in batches:
-            validate_and_assign_offsets(
-                batch, tp=tp, config=log.config, next_offset=0, now_ms=log.clock.milliseconds()
-            )
         out = sys.stdout
         for batch in batches:
             info = log.append(batch)

@@ -117,7 +117,9 @@ def test_produce_with_topics_file_applies_spec_config(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
+    assert "stdin lines 1-1: user-profiles-0" in result.stderr
     assert "compacted topic cannot accept a record without a key" in result.stderr
+    assert not (tmp_path / "user-profiles-0").exists()  # nothing created for a rejected produce
     missing = run(
         "produce",
         "--dir",
