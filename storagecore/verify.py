@@ -8,12 +8,16 @@ parses and its offsets lie within the partition's ``[first segment base, log end
 
 Findings are ``error`` (data the loader would have to truncate or rebuild, or a checkpoint it
 would discard) or ``warning`` (state the loader resolves by design: temp files, a dir that was
-not cleanly shut down).
+not cleanly shut down). When another process holds the log dir's ``.lock`` (a running worker),
+the active segments' preallocated indexes and a batch being written are expected, and are
+reported as warnings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
+import os
 import struct
 from pathlib import Path
 
@@ -83,6 +87,9 @@ def verify_log_dir(root: Path) -> VerifyReport:
             partition_dirs, root_dir = [root], None
         except ConfigError:
             pass
+    live = _in_use(root_dir if root_dir is not None else root.parent)
+    if live:
+        report.warning(root, "in use by another process: the active segments may be mid-write")
     ends: dict[TopicPartition, tuple[int, int]] = {}
     for directory in partition_dirs:
         if files.is_delete_dir_name(directory.name):
@@ -93,13 +100,23 @@ def verify_log_dir(root: Path) -> VerifyReport:
         except ConfigError as exc:
             report.warning(directory, f"not a partition directory ({exc})")
             continue
-        summary = _verify_partition(directory, tp, report)
+        summary = _verify_partition(directory, tp, report, live)
         report.partitions.append(summary)
         if summary.first_offset is not None and summary.next_offset is not None:
             ends[tp] = (summary.first_offset, summary.next_offset)
     if root_dir is not None:
         _verify_root(root_dir, ends, report)
     return report
+
+
+class _Downgraded(VerifyReport):
+    """A view of a report that files errors as warnings."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        super().__init__(findings=report.findings, partitions=report.partitions)
+
+    def error(self, path: Path, message: str) -> None:
+        self.warning(path, f"{message} (expected while the segment is being written)")
 
 
 def _verify_root(
@@ -135,8 +152,23 @@ def _verify_root(
                 )
 
 
+def _in_use(log_dir: Path) -> bool:
+    """Whether another process holds the log dir's lock (read-only probe: nothing is created)."""
+    try:
+        fd = os.open(log_dir / files.LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we may have taken
+    return False
+
+
 def _verify_partition(
-    directory: Path, tp: TopicPartition, report: VerifyReport
+    directory: Path, tp: TopicPartition, report: VerifyReport, live: bool
 ) -> PartitionSummary:
     summary = PartitionSummary(tp)
     names = sorted(p.name for p in directory.iterdir() if p.is_file())
@@ -162,11 +194,16 @@ def _verify_partition(
             report.error(
                 path, f"base offset {base} overlaps the previous segment, which ends at {expected}"
             )
-        next_offset, batch_ends = _verify_segment(path, base, report, summary)
+        # In a live dir the last segment is the one being written: its tail and its
+        # preallocated indexes are in flux, so findings there are warnings.
+        segment_report = _Downgraded(report) if live and base == bases[-1] else report
+        next_offset, batch_ends = _verify_segment(path, base, segment_report, summary)
         _verify_offset_index(
-            files.index_file(directory, base), base, next_offset, batch_ends, report
+            files.index_file(directory, base), base, next_offset, batch_ends, segment_report
         )
-        _verify_time_index(files.time_index_file(directory, base), base, next_offset, report)
+        _verify_time_index(
+            files.time_index_file(directory, base), base, next_offset, segment_report
+        )
         summary.segments += 1
         if summary.first_offset is None:
             summary.first_offset = base

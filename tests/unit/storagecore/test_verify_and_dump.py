@@ -58,3 +58,17 @@ def test_dump_reports_trailing_garbage(tmp_path: Path, clock: ManualClock) -> No
         handle.write(b"\x00\x01\x02")
     lines = list(dump_file(segment))
     assert lines[-1].startswith("Found 3 invalid bytes at the end")
+
+
+def test_a_live_directory_reports_the_active_segment_as_warnings(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A running worker holds the lock and has its active index preallocated: not an error."""
+    make_dir(tmp_path, clock)
+    with LogManager([tmp_path], clock=clock) as manager:
+        manager.get_log(TopicPartition("t", 0)).append(batch(2))
+        report = verify_log_dir(tmp_path)
+        assert report.ok, [str(f) for f in report.errors]
+        assert any("in use by another process" in str(f) for f in report.findings)
+        assert any("expected while the segment is being written" in str(f) for f in report.findings)
+    assert verify_log_dir(tmp_path).findings == []  # after the clean shutdown: nothing at all
