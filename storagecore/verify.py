@@ -271,7 +271,16 @@ def _read_entries(
     if len(data) % entry.size:
         report.error(path, f"length {len(data)} is not a multiple of {entry.size}")
         data = data[: len(data) - len(data) % entry.size]
-    return [tuple(e) for e in entry.iter_unpack(data)]
+    entries = [tuple(e) for e in entry.iter_unpack(data)]
+    # An index preallocated for an active segment and never trimmed (an unclean shutdown, or a
+    # live segment) ends in all-zero entries; no valid entry after the first can be all zero.
+    for n, values in enumerate(entries[1:], start=1):
+        if not any(values):
+            report.error(
+                path, f"entries from {n} on are zero: the preallocated tail of an untrimmed index"
+            )
+            return entries[:n]
+    return entries
 
 
 def _verify_offset_index(
@@ -287,12 +296,6 @@ def _verify_offset_index(
     previous = (-1, -1)
     for n, (relative, position) in enumerate(entries):
         offset = base + relative
-        if n and relative == 0 and position == 0:
-            report.error(
-                path,
-                f"entries from {n} on are zero: an unclean shutdown left the preallocated tail",
-            )
-            return
         if offset <= previous[0] or position < previous[1]:
             report.error(
                 path, f"entry {n} (offset {offset}, position {position}) does not follow {previous}"
@@ -318,12 +321,6 @@ def _verify_time_index(path: Path, base: int, next_offset: int, report: VerifyRe
     previous = (layout.NO_TIMESTAMP - 1, -1)
     for n, (timestamp, relative) in enumerate(entries):
         offset = base + relative
-        if n and timestamp == 0 and relative == 0:
-            report.error(
-                path,
-                f"entries from {n} on are zero: an unclean shutdown left the preallocated tail",
-            )
-            return
         if timestamp <= previous[0] or offset < previous[1]:
             report.error(
                 path,
