@@ -119,6 +119,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = sub.add_parser(
+        "retention",
+        help="apply retention (time, size, log start offset) to every log of a directory",
+        description=(
+            "Plans retention for every partition in --dir with the configs of --topics (Kafka's "
+            "three passes: log start offset, retention.bytes, retention.ms) and applies it, or "
+            "with --dry-run only prints it. Deleted segments are renamed .deleted and, since "
+            "this command holds the directory's lock and no reader can have them open, "
+            "removed before it exits."
+        ),
+    )
+    p.add_argument("--dir", required=True, type=Path, help="log directory")
+    p.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="only print what would be deleted and why"
+    )
+    p.add_argument("--now-ms", type=int, help="evaluate time retention as of this epoch-ms time")
+    p.add_argument("--json", action="store_true", help="print the plans as JSON")
+
+    p = sub.add_parser(
         "demo", help="run the embedded default: example topics in a local directory, with a report"
     )
     p.add_argument(
@@ -145,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "consume": cmd_consume,
         "dump-log": cmd_dump_log,
         "verify": cmd_verify,
+        "retention": cmd_retention,
         "demo": cmd_demo,
     }
     try:
@@ -351,6 +371,54 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 f"{'OK' if report.ok else f'{len(report.errors)} error(s)'}"
             )
     return 0 if ok else 1
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    from storagecore import LogManager, ManualClock, SystemClock
+    from storagecore.config import parse_topic_manifests
+
+    if not args.dir.is_dir():
+        from storagecore.errors import ConfigError
+
+        raise ConfigError(f"--dir {args.dir} is not a directory")
+    topics = {}
+    if args.topics is not None:
+        topics = parse_topic_manifests(
+            args.topics.read_text(encoding="utf-8"), source=str(args.topics)
+        )
+    now_ms = SystemClock().milliseconds() if args.now_ms is None else args.now_ms
+    clock = ManualClock(now_ms)
+    with LogManager(
+        [args.dir], config_for={n: t.config for n, t in topics.items()}, clock=clock
+    ) as manager:
+        plans = []
+        for _tp, log in sorted(manager.logs.items()):
+            plan = log.plan_retention() if args.dry_run else log.delete_old_segments()
+            plans.append(plan)
+            if not args.dry_run:
+                # file.delete.delay.ms protects a running worker's readers; this process has none.
+                log.delete_expired_files(force=True)
+        if args.json:
+            print(json.dumps([p.to_dict() for p in plans], indent=2))
+        else:
+            verb = "would delete" if args.dry_run else "deleted"
+            for plan in plans:
+                if not plan.deletions:
+                    print(f"{plan.tp}: nothing to delete ({plan.size_bytes_before} bytes)")
+                    continue
+                print(
+                    f"{plan.tp}: {verb} {len(plan.deletions)} segments, {plan.deleted_bytes} "
+                    f"bytes; log start offset {plan.log_start_offset_before} -> "
+                    f"{plan.log_start_offset_after}"
+                    + ("; the active segment rolls first" if plan.rolls_active_segment else "")
+                )
+                for deletion in plan.deletions:
+                    segment = deletion.segment
+                    print(
+                        f"  segment {segment.base_offset}..{segment.next_offset - 1} "
+                        f"({segment.size_bytes} bytes): {deletion.rule.value}: {deletion.reason}"
+                    )
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -110,18 +110,27 @@ def run_demo(directory: Path, *, records: int = 20_000) -> int:
             f"({'all of them' if read_back == sum(produced.values()) else 'MISMATCH'})."
         )
         orders0 = manager.get_log(TopicPartition("orders", 0))
-        middle = now_ms - records * 5
+        middle = now_ms - records * 3
         found = orders0.offset_for_timestamp(middle)
         print(
             f"orders-0: first record at or after timestamp {middle} is offset "
             f"{None if found is None else found.offset}"
         )
-        target = orders0.log_end_offset // 3
+        target = (orders0.log_start_offset + orders0.log_end_offset) // 2
         orders0.delete_records(target)
         print(
             f"orders-0: delete-records below offset {target}; log start offset is now "
             f"{orders0.log_start_offset}"
         )
+        # Retention, as the worker's kafka-log-retention task runs it.
+        for plan in manager.cleanup_logs():
+            rules = sorted({d.rule.value for d in plan.deletions})
+            print(
+                f"retention {plan.tp}: deleted {len(plan.deletions)} segments "
+                f"({plan.deleted_bytes} bytes, {', '.join(rules)}); log start offset "
+                f"{plan.log_start_offset_before} -> {plan.log_start_offset_after}"
+            )
+        manager.delete_expired_segment_files()
         # What the worker's periodic tasks do: flush, then checkpoint recovery points and
         # log start offsets.
         for log in manager.logs.values():
@@ -165,8 +174,6 @@ def run_demo(directory: Path, *, records: int = 20_000) -> int:
         f"{sum(p.segments for p in report.partitions)} segments); "
         f"{time.monotonic() - started:.1f}s"
     )
-    print(
-        f"Inspect it: logkeeper dump-log --records "
-        f"{data_dir}/orders-0/00000000000000000000.log | head"
-    )
+    first_segment = min((data_dir / "orders-0").glob("*.log"))
+    print(f"Inspect it: logkeeper dump-log --records {first_segment} | head")
     return 0 if report.ok and read_back == sum(produced.values()) else 1

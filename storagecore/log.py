@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,6 +33,7 @@ from storagecore.loader import load_log
 from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
 from storagecore.records.batch import Record, iter_complete_batches
 from storagecore.records.layout import NO_TIMESTAMP
+from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.segment import LogSegment, RollParams
 
 logger = logging.getLogger(__name__)
@@ -525,7 +526,42 @@ class Log:
         self.maybe_increment_log_start_offset(offset, "delete-records")
         return self._log_start_offset
 
-    def delete_segments(self, segments: Sequence[LogSegment], reason: str) -> int:
+    # -- retention -----------------------------------------------------------------------------
+    def retention_view(self) -> list[SegmentView]:
+        """The segments as retention sees them (sizes, offsets, largest timestamps)."""
+        with self._lock, self._io(f"inspect {self.tp}"):
+            return [
+                SegmentView(s.base_offset, s.next_offset(), s.size_bytes, s.largest_timestamp)
+                for s in self._segments
+            ]
+
+    def plan_retention(self, now_ms: int | None = None) -> RetentionPlan:
+        """What retention would delete now, without deleting anything (a dry run)."""
+        with self._lock:
+            return plan_retention(
+                self.tp,
+                self.retention_view(),
+                self._config,
+                log_start_offset=self._log_start_offset,
+                high_watermark=self.high_watermark,
+                now_ms=self.clock.milliseconds() if now_ms is None else now_ms,
+            )
+
+    def delete_old_segments(self, now_ms: int | None = None) -> RetentionPlan:
+        """Plan retention and carry it out under the log's lock (Kafka ``deleteOldSegments``)."""
+        with self._lock:
+            plan = self.plan_retention(now_ms)
+            if plan.deletions:
+                reasons = {
+                    d.segment.base_offset: f"{d.rule.value}: {d.reason}" for d in plan.deletions
+                }
+                doomed = [s for s in self._segments if s.base_offset in reasons]
+                self.delete_segments(doomed, reasons)
+            return plan
+
+    def delete_segments(
+        self, segments: Sequence[LogSegment], reason: str | Mapping[int, str]
+    ) -> int:
         """Remove segments from the log and schedule their files for deletion.
 
         Protocol (Kafka ``deleteSegments``): 1. if every segment would go, roll a new empty
@@ -544,7 +580,9 @@ class Log:
             doomed_ids = {id(s) for s in doomed}
             survivors = [s for s in self._segments if id(s) not in doomed_ids]
             assert survivors, f"{self.tp}: deleting every segment"
-            self.maybe_increment_log_start_offset(survivors[0].base_offset, reason)
+            self.maybe_increment_log_start_offset(
+                survivors[0].base_offset, reason if isinstance(reason, str) else "retention"
+            )
             self._segments = survivors
             self._bases = [s.base_offset for s in survivors]
             due_ms = self.clock.milliseconds() + self._config.file_delete_delay_ms
@@ -555,7 +593,7 @@ class Log:
                     segment.base_offset,
                     segment.size_bytes,
                     segment.max_timestamp_so_far,
-                    reason,
+                    reason if isinstance(reason, str) else reason.get(segment.base_offset, ""),
                 )
                 segment.change_file_suffixes("", files.DELETED_SUFFIX)
                 self._pending_deletes.append(_PendingDelete(due_ms, segment))
@@ -563,10 +601,11 @@ class Log:
                 self._delete_expired_files(due_ms)
             return len(doomed)
 
-    def delete_expired_files(self) -> int:
-        """Unlink ``.deleted`` segment files whose delay has passed; return how many segments."""
+    def delete_expired_files(self, *, force: bool = False) -> int:
+        """Unlink ``.deleted`` segment files whose delay has passed (with ``force``: all of them,
+        for a process that knows no reader holds them); return how many segments."""
         with self._lock:
-            return self._delete_expired_files(self.clock.milliseconds())
+            return self._delete_expired_files(2**63 - 1 if force else self.clock.milliseconds())
 
     def _delete_expired_files(self, now_ms: int) -> int:
         due = [p for p in self._pending_deletes if p.due_ms <= now_ms]

@@ -41,6 +41,7 @@ from storagecore.errors import (
     UnknownTopicOrPartitionError,
 )
 from storagecore.log import Log
+from storagecore.retention import RetentionPlan
 
 logger = logging.getLogger(__name__)
 
@@ -342,6 +343,25 @@ class LogManager:
             if not log.offline:
                 total += log.delete_expired_files()
         return total
+
+    # -- retention -----------------------------------------------------------------------------
+    def cleanup_logs(self) -> list[RetentionPlan]:
+        """kafka-log-retention: apply retention to every online log; the plans carried out.
+
+        A log whose directory fails is skipped (it went offline); the others go on.
+        """
+        plans: list[RetentionPlan] = []
+        for log in self.logs.values():
+            if log.offline:
+                continue
+            try:
+                plan = log.delete_old_segments()
+            except LogDirOfflineError as exc:
+                logger.error("Retention skipped %s: %s", log.tp, exc)
+                continue
+            if plan.deletions:
+                plans.append(plan)
+        return plans
 
     # -- flush and checkpoints -----------------------------------------------------------------
     def flush_dirty_logs(self) -> int:

@@ -226,3 +226,45 @@ def test_demo_runs_and_verifies(tmp_path: Path) -> None:
     assert "torn tail cut" in out
     refused = run("demo", "--dir", str(ROOT / "storagecore"), check=False)
     assert refused.returncode != 0 and "was not made by the demo" in refused.stderr
+
+
+def test_retention_dry_run_then_apply(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(
+        "apiVersion: logkeeper.io/v1alpha1\nkind: Topic\nmetadata: {name: t}\n"
+        "spec: {config: {segment.bytes: 400, retention.ms: 1000}}\n"
+    )
+    # Timestamps 1000..2900: at now=3000 with retention.ms=1000 only the older segments expire.
+    lines = jsonl(
+        *({"key": str(i), "value": "v" * 40, "timestamp": 1_000 + 100 * i} for i in range(20))
+    )
+    run(
+        "produce",
+        "--dir",
+        str(data),
+        "--topic",
+        "t",
+        "--topics",
+        str(topics),
+        "--batch-records",
+        "1",
+        stdin=lines,
+    )
+    segments = sorted(p.name for p in (data / "t-0").glob("*.log"))
+    assert len(segments) > 2
+    dry = run(
+        "retention", "--dir", str(data), "--topics", str(topics), "--dry-run", "--now-ms", "3000"
+    ).stdout
+    assert "t-0: would delete" in dry and "retention.ms: largest timestamp" in dry
+    assert sorted(p.name for p in (data / "t-0").glob("*.log")) == segments  # nothing changed
+    report = json.loads(
+        run(
+            "retention", "--dir", str(data), "--topics", str(topics), "--now-ms", "3000", "--json"
+        ).stdout
+    )
+    assert report[0]["log_start_offset_after"] > 0 and report[0]["segments"]
+    remaining = sorted(p.name for p in (data / "t-0").iterdir())
+    assert not any(name.endswith(".deleted") for name in remaining)
+    consumed = run("consume", "--dir", str(data), "--topic", "t").stdout.splitlines()
+    assert json.loads(consumed[0])["offset"] == report[0]["log_start_offset_after"]

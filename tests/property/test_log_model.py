@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -140,6 +141,36 @@ class LogMachine(RuleBasedStateMachine):
     @rule(step=st.integers(min_value=0, max_value=5_000))
     def time_passes(self, step: int) -> None:
         self.clock.advance(step)
+
+    @rule(
+        retention_bytes=st.sampled_from([-1, 0, 300, 1_500, 10_000]),
+        retention_ms=st.sampled_from([-1, 0, 2_000, 20_000]),
+        policy=st.sampled_from([("delete",), ("compact",), ("compact", "delete")]),
+    )
+    def retention(self, retention_bytes: int, retention_ms: int, policy: tuple[str, ...]) -> None:
+        config = dataclasses.replace(
+            CONFIG,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
+            cleanup_policy=policy,
+        )
+        self.log.update_config(config)
+        before = [(s.base_offset, s.size_bytes) for s in self.log.segments]
+        plan = self.log.delete_old_segments()
+        self.log.update_config(CONFIG)
+        deleted = plan.base_offsets
+        assert deleted == [base for base, _ in before[: len(deleted)]], "only a prefix goes"
+        kept_bytes = sum(size for _, size in before[len(deleted) :])
+        if (
+            "delete" in policy
+            and retention_bytes >= 0
+            and any(d.rule.value == "retention.bytes" for d in plan.deletions)
+        ):
+            assert kept_bytes >= retention_bytes, "the size rule never goes below the limit"
+        if "delete" not in policy:
+            assert all(d.rule.value == "log-start-offset" for d in plan.deletions)
+        self.log_start = plan.log_start_offset_after
+        self.log.delete_expired_files(force=True)
 
     @invariant()
     def offsets_agree(self) -> None:

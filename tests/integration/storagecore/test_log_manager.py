@@ -202,3 +202,32 @@ def test_topic_names_never_escape_the_data_dir(tmp_path: Path, clock: ManualCloc
             with pytest.raises(ConfigError):
                 manager.get_or_create_log(TopicPartition(bad, 0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_cleanup_logs_applies_each_topics_retention(tmp_path: Path, clock: ManualClock) -> None:
+    """Kafka LogManagerTest testCleanupExpiredSegments / testCleanupSegmentsToMaintainSize /
+    testDoesntCleanLogsWithCompactPolicy, and an offline dir does not stop the others."""
+    configs = {
+        "broken": LogConfig(segment_bytes=300, retention_ms=1_000),
+        "timed": LogConfig(segment_bytes=300, retention_ms=1_000),
+        "sized": LogConfig(segment_bytes=300, retention_bytes=600),
+        "compacted": LogConfig(segment_bytes=300, retention_ms=1_000, cleanup_policy=("compact",)),
+    }
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    with LogManager(dirs, config_for=configs, clock=clock) as manager:
+        for topic in configs:  # least-loaded placement: broken in a, timed in b, sized in c
+            log = manager.get_or_create_log(TopicPartition(topic, 0))
+            for _ in range(12):
+                log.append(batch(2, value_size=40))
+        broken = manager.get_log(TopicPartition("broken", 0))
+        break_disk(broken)
+        with pytest.raises(LogDirOfflineError):
+            broken.append(batch(1))
+        assert manager.offline_dirs == [broken.parent_dir]
+        clock.advance(2_000)
+        plans = {plan.tp.topic: plan for plan in manager.cleanup_logs()}
+        assert set(plans) == {"timed", "sized"}
+        assert manager.get_log(TopicPartition("timed", 0)).size_bytes == 0
+        assert manager.get_log(TopicPartition("sized", 0)).size_bytes >= 600
+        compacted = manager.get_log(TopicPartition("compacted", 0))
+        assert compacted.offline or len(compacted.segments) > 1  # compact: no time retention
