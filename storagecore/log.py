@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from storagecore import files
+from storagecore import durability, files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import LogDirOfflineError, OffsetOutOfRangeError, RecordTooLargeError
@@ -600,6 +600,70 @@ class Log:
             if self._config.file_delete_delay_ms == 0:
                 self._delete_expired_files(due_ms)
             return len(doomed)
+
+    def replace_segments(
+        self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
+    ) -> None:
+        """Swap cleaned segments in for the segments they replace (Kafka ``replaceSegments``).
+
+        The new segments are complete, flushed and named ``*.cleaned``; together they hold a
+        subset of the records of the old ones, at the same offsets. The protocol, mirrored by
+        the loader's first two passes (:mod:`storagecore.loader`):
+
+        1. rename each new segment ``.cleaned`` → ``.swap``, in **descending** base-offset order,
+           then fsync the directory. Crash before all are renamed: the loader finds ``.cleaned``
+           files, deletes them and every ``.swap`` at or above the lowest one → the old
+           segments. Crash after: every new segment is ``.swap`` → the loader completes.
+        2. replace the old segments by the new ones in the segment list (readers, which hold the
+           log's lock, see either all old or all new segments).
+        3. rename every old segment to ``.deleted`` (unlinked after ``file.delete.delay.ms``).
+           Crash here: the loader deletes ``.deleted`` files and completes the ``.swap`` ones.
+        4. strip ``.swap`` from the new segments' names, then fsync the directory. Crash here:
+           the loader strips the remaining ``.swap`` suffixes.
+
+        The active segment is never replaced (DESIGN invariant 2).
+        """
+        with self._lock, self._io(f"replace segments of {self.tp}"):
+            new = sorted(new_segments, key=lambda s: s.base_offset)
+            present = {id(s) for s in self._segments}
+            olds = [s for s in old_segments if id(s) in present]
+            assert new and olds, f"{self.tp}: nothing to replace"
+            assert self.active_segment not in olds, (
+                f"{self.tp}: the active segment is never replaced"
+            )
+            low = min(s.base_offset for s in olds)
+            high = max(s.next_offset() for s in olds)
+            for segment in new:
+                assert segment.log.path.name.endswith(files.CLEANED_SUFFIX), segment.log.path
+                assert low <= segment.base_offset and segment.next_offset() <= high, (
+                    f"{self.tp}: replacement segment {segment.base_offset} outside [{low}, {high})"
+                )
+            # 1. .cleaned -> .swap, highest offset first; then make the renames durable.
+            for segment in reversed(new):
+                segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+            durability.fsync_dir(self.directory)
+            # 2. the new segment list.
+            old_ids = {id(s) for s in olds}
+            kept = [s for s in self._segments if id(s) not in old_ids]
+            self._segments = sorted(kept + new, key=lambda s: s.base_offset)
+            self._bases = [s.base_offset for s in self._segments]
+            # 3. old segments -> .deleted, unlinked later.
+            due_ms = self.clock.milliseconds() + self._config.file_delete_delay_ms
+            for segment in olds:
+                segment.change_file_suffixes("", files.DELETED_SUFFIX)
+                self._pending_deletes.append(_PendingDelete(due_ms, segment))
+            # 4. strip .swap; the directory fsync makes the final names durable.
+            for segment in new:
+                segment.change_file_suffixes(files.SWAP_SUFFIX, "")
+            durability.fsync_dir(self.directory)
+            logger.info(
+                "%s: replaced segments %s with %s",
+                self.tp,
+                [s.base_offset for s in olds],
+                [s.base_offset for s in new],
+            )
+            if self._config.file_delete_delay_ms == 0:
+                self._delete_expired_files(due_ms)
 
     def delete_expired_files(self, *, force: bool = False) -> int:
         """Unlink ``.deleted`` segment files whose delay has passed (with ``force``: all of them,

@@ -14,6 +14,7 @@ import pytest
 from storagecore import Log, LogConfig, ManualClock, NewRecord, build_batch, files
 from storagecore.segment import LogSegment
 from tests.conftest import START_MS, batch
+from tests.integration.storagecore.helpers.cleaning import cleaned_copy, offsets_after_swap
 
 pytestmark = pytest.mark.integration
 
@@ -313,38 +314,7 @@ def test_empty_directory_gets_one_segment(directory: Path, clock: ManualClock) -
 
 
 def _cleaned_copy(directory: Path, log: Log, olds: list[LogSegment], suffix: str) -> list[int]:
-    """Write what a cleaner would: new segments (one per old one) keeping every other batch,
-    named with ``suffix``. Returns the new base offsets."""
-    bases = []
-    for old in olds:
-        new = LogSegment.open(
-            directory,
-            old.base_offset,
-            index_interval_bytes=64,
-            max_index_size_bytes=4096,
-            now_ms=0,
-            suffix=suffix,
-        )
-        for i, (_, kept) in enumerate(old.log.batches()):
-            if i % 2 == 0:
-                new.append(
-                    kept.last_offset, kept.max_timestamp, kept.last_offset, bytes(kept.buffer)
-                )
-        new.on_become_inactive_segment()
-        new.flush()
-        new.close()
-        bases.append(old.base_offset)
-    return bases
-
-
-def _expected_after_swap(log: Log, olds: list[LogSegment]) -> list[int]:
-    kept = []
-    for old in olds:
-        for i, (_, b) in enumerate(old.log.batches()):
-            if i % 2 == 0:
-                kept += list(range(b.base_offset, b.next_offset))
-    rest = [r.offset for r in log.records(olds[-1].next_offset())]
-    return kept + rest
+    return [s.base_offset for s in cleaned_copy(directory, olds, suffix)]
 
 
 @pytest.fixture
@@ -355,7 +325,7 @@ def swap_setup(
     log.flush()
     olds = log.segments[:2]
     original = [r.offset for r in log.records()]
-    expected = _expected_after_swap(log, olds)
+    expected = offsets_after_swap(log, olds)
     assert expected != original
     return log, olds, original, expected
 
