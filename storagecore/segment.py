@@ -283,6 +283,12 @@ class LogSegment:
             return message_timestamp - self.rolling_based_timestamp
         return now_ms - self.created_ms
 
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch (Kafka ``getFirstBatchTimestamp``), -1 when empty."""
+        for header in self.log.batch_headers(0):
+            return header.max_timestamp
+        return NO_TIMESTAMP
+
     def _load_first_batch_timestamp(self) -> None:
         if self.rolling_based_timestamp is None and self.log.size_bytes > 0:
             for header in self.log.batch_headers(0):

@@ -1,0 +1,386 @@
+"""Which log the cleaner works on next, and the states that keep it out of the way
+(Kafka's ``LogCleanerManager``).
+
+The range arithmetic is pure: :func:`cleanable_offsets`, :func:`log_to_clean` and
+:func:`max_compaction_delay_ms` read a log and decide; nothing here writes a log.
+:class:`LogCleanerManager` holds the shared state of the cleaner threads and of whoever must keep
+them away from a log (retention, truncation, partition deletion, a pause annotation):
+
+============================  =====================================================================
+state                         meaning
+============================  =====================================================================
+(none)                        idle and eligible
+``IN_PROGRESS``               a cleaner thread owns the log
+``ABORTED``                   asked to stop; the thread notices at its next check, throws
+                              :class:`CleaningAbortedError`, removes its ``.cleaned`` files
+``PAUSED(n)``                 no cleaning and no cleaner-driven retention; pauses nest
+============================  =====================================================================
+
+Transitions (Kafka's, including its IllegalStateException cases as AssertionError):
+``abort_and_pause``: none → PAUSED(1); IN_PROGRESS → ABORTED, then wait until the thread has
+moved it to PAUSED(1); PAUSED(n) → PAUSED(n+1). ``resume``: PAUSED(1) → none; PAUSED(n) →
+PAUSED(n-1). ``done_cleaning``: IN_PROGRESS → none and checkpoint written; ABORTED → PAUSED(1).
+
+Unlike Kafka, an uncleanable partition keeps the reason it was marked with, and can be cleared
+without a restart (:meth:`LogCleanerManager.clear_uncleanable`, KAFKA-19895).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import enum
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from storagecore import files
+from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore.config import TopicPartition
+from storagecore.errors import CorruptCheckpointError, StorageError
+from storagecore.log import Log
+from storagecore.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+
+class CleaningAbortedError(StorageError):
+    """Internal control flow: the cleaning of a log was aborted (Kafka's
+    LogCleaningAbortedException); the cleaner removes its half-built files first."""
+
+
+class CleaningState(enum.Enum):
+    IN_PROGRESS = "LogCleaningInProgress"
+    ABORTED = "LogCleaningAborted"
+    PAUSED = "LogCleaningPaused"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CleanableOffsets:
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    force_update_checkpoint: bool
+    """The checkpoint was out of range and was reset to the log start offset: rewrite it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogToClean:
+    """A candidate for cleaning and its byte accounting (Kafka's ``LogToClean``)."""
+
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    """Rounded down to a segment base: the cleaner works on whole segments."""
+    clean_bytes: int
+    cleanable_bytes: int
+    needs_compaction_now: bool
+    max_compaction_delay_ms: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return self.log.tp
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        """The dirty ratio: cleanable / (clean + cleanable); excludes the active segment."""
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def _floor_index(segments: Sequence[LogSegment], offset: int) -> int:
+    """Index of the segment with the greatest base <= ``offset`` (0 when there is none)."""
+    return max(bisect.bisect_right([s.base_offset for s in segments], offset) - 1, 0)
+
+
+def _segments_from(log: Log, offset: int, *, non_active: bool) -> list[LogSegment]:
+    """Segments from the floor segment of ``offset`` on (Kafka ``nonActiveLogSegmentsFrom``)."""
+    segments = log.segments
+    selected = segments[_floor_index(segments, offset) :]
+    # The floor is taken over every segment: an offset in the active segment selects nothing.
+    return [s for s in selected if s is not segments[-1]] if non_active else selected
+
+
+def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int) -> CleanableOffsets:
+    """``[first dirty, first uncleanable)``: where cleaning starts and where it must stop."""
+    log_start = log.log_start_offset
+    force = False
+    if checkpoint is None:
+        first_dirty = log_start
+    elif checkpoint < log_start:
+        if not log.config.delete:
+            logger.warning(
+                "%s: cleaner checkpoint %d is below the log start offset %d; resetting it",
+                log.tp,
+                checkpoint,
+                log_start,
+            )
+        first_dirty, force = log_start, True
+    elif checkpoint > log.log_end_offset:
+        logger.warning(
+            "%s: cleaner checkpoint %d is past the log end offset %d; resetting it to %d",
+            log.tp,
+            checkpoint,
+            log.log_end_offset,
+            log_start,
+        )
+        first_dirty, force = log_start, True
+    else:
+        first_dirty = checkpoint
+    # One replica and no transactions tracked yet: the last stable offset is the high watermark.
+    candidates = [log.high_watermark, log.active_segment.base_offset]
+    lag_ms = log.config.min_compaction_lag_ms
+    if lag_ms > 0:
+        for segment in _segments_from(log, first_dirty, non_active=True):
+            if segment.largest_timestamp > now_ms - lag_ms:
+                candidates.append(segment.base_offset)
+                break
+    return CleanableOffsets(first_dirty, max(first_dirty, min(candidates)), force)
+
+
+def max_compaction_delay_ms(log: Log, first_dirty_offset: int, now_ms: int) -> int:
+    """How far past ``max.compaction.lag.ms`` the oldest dirty record is (0 when it is not)."""
+    timestamps = [
+        ts
+        for ts in (
+            s.first_batch_timestamp()
+            for s in _segments_from(log, first_dirty_offset, non_active=True)
+        )
+        if ts > 0
+    ]
+    if not timestamps:
+        return 0
+    clean_until = now_ms - max(log.config.max_compaction_lag_ms, 0)
+    return max(clean_until - min(timestamps), 0)
+
+
+def log_to_clean(log: Log, offsets: CleanableOffsets, now_ms: int) -> LogToClean:
+    segments = log.segments
+    active = segments[-1]
+    first_uncleanable_segment = next(
+        (s for s in _segments_from(log, offsets.first_uncleanable_offset, non_active=True)),
+        active,
+    )
+    first_uncleanable = first_uncleanable_segment.base_offset
+    first_dirty = offsets.first_dirty_offset
+    # Kafka's logSegments(from, to): the floor segment of `from` up to bases below `to`. A
+    # segment holding first_dirty mid-way counts as clean and as cleanable.
+    clean_bytes = sum(s.size_bytes for s in segments if s.base_offset < first_dirty)
+    low = min(first_dirty, first_uncleanable)
+    cleanable_bytes = sum(
+        s.size_bytes
+        for s in segments[_floor_index(segments, low) :]
+        if s.base_offset < first_uncleanable
+    )
+    delay = max_compaction_delay_ms(log, first_dirty, now_ms)
+    return LogToClean(
+        log=log,
+        first_dirty_offset=first_dirty,
+        first_uncleanable_offset=first_uncleanable,
+        clean_bytes=clean_bytes,
+        cleanable_bytes=cleanable_bytes,
+        needs_compaction_now=delay > 0,
+        max_compaction_delay_ms=delay,
+    )
+
+
+@dataclasses.dataclass(slots=True)
+class _Entry:
+    state: CleaningState
+    paused: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreCleanStats:
+    """What the last selection saw (feeds the worker's gauges)."""
+
+    max_dirty_percent: float
+    cleanable_partitions: int
+    delayed_partitions: int
+    max_compaction_delay_ms: int
+
+
+class LogCleanerManager:
+    """Shared state of the cleaner threads: states, checkpoints, uncleanable partitions."""
+
+    def __init__(self, log_dirs: Iterable[Path]) -> None:
+        self._lock = threading.Condition()
+        self._states: dict[TopicPartition, _Entry] = {}
+        self._uncleanable: dict[TopicPartition, str] = {}
+        self._checkpoints = {
+            Path(d): OffsetCheckpointFile(Path(d) / files.CLEANER_OFFSET_CHECKPOINT)
+            for d in log_dirs
+        }
+        self.time_of_last_run_ms = 0
+        self.last_pre_clean_stats = PreCleanStats(0.0, 0, 0, 0)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def all_checkpoints(self) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = {}
+        for path, checkpoint in self._checkpoints.items():
+            try:
+                result.update(checkpoint.read())
+            except CorruptCheckpointError as exc:
+                logger.warning("Ignoring unreadable cleaner checkpoint in %s: %s", path, exc)
+        return result
+
+    def update_checkpoint(
+        self,
+        log_dir: Path,
+        live: Sequence[TopicPartition],
+        *,
+        update: tuple[TopicPartition, int] | None = None,
+        remove: TopicPartition | None = None,
+    ) -> None:
+        """Rewrite ``log_dir``'s checkpoint: one entry set or removed, entries of partitions no
+        longer in ``live`` pruned (Kafka ``updateCheckpoints``)."""
+        with self._lock:
+            checkpoint = self._checkpoints[log_dir]
+            try:
+                offsets = checkpoint.read()
+            except CorruptCheckpointError as exc:
+                logger.warning(
+                    "Rewriting unreadable cleaner checkpoint %s: %s", checkpoint.path, exc
+                )
+                offsets = {}
+            if update is not None:
+                offsets[update[0]] = update[1]
+            if remove is not None:
+                offsets.pop(remove, None)
+            keep = set(live)
+            checkpoint.write({tp: o for tp, o in offsets.items() if tp in keep})
+
+    # -- selection -----------------------------------------------------------------------------
+    def grab_filthiest_log(self, logs: Sequence[Log], now_ms: int) -> LogToClean | None:
+        """The compacted log with the highest dirty ratio above ``min.cleanable.dirty.ratio``
+        (or past ``max.compaction.lag.ms`` with something to clean), now IN_PROGRESS."""
+        with self._lock:
+            self.time_of_last_run_ms = now_ms
+            checkpoints = self.all_checkpoints()
+            candidates: list[LogToClean] = []
+            for log in logs:
+                if (
+                    not log.config.compact
+                    or log.offline
+                    or log.tp in self._states
+                    or log.tp in self._uncleanable
+                ):
+                    continue
+                offsets = cleanable_offsets(log, checkpoints.get(log.tp), now_ms)
+                if offsets.force_update_checkpoint:
+                    self.update_checkpoint(
+                        log.parent_dir,
+                        [lg.tp for lg in logs if lg.parent_dir == log.parent_dir],
+                        update=(log.tp, offsets.first_dirty_offset),
+                    )
+                candidate = log_to_clean(log, offsets, now_ms)
+                if candidate.total_bytes > 0:
+                    candidates.append(candidate)
+            delayed = [c for c in candidates if c.needs_compaction_now]
+            self.last_pre_clean_stats = PreCleanStats(
+                max_dirty_percent=100 * max((c.cleanable_ratio for c in candidates), default=0.0),
+                cleanable_partitions=len(candidates),
+                delayed_partitions=len(delayed),
+                max_compaction_delay_ms=max(
+                    (c.max_compaction_delay_ms for c in candidates), default=0
+                ),
+            )
+            eligible = [
+                c
+                for c in candidates
+                if (c.needs_compaction_now and c.cleanable_bytes > 0)
+                or c.cleanable_ratio > c.log.config.min_cleanable_dirty_ratio
+            ]
+            if not eligible:
+                return None
+            chosen = max(eligible, key=lambda c: c.cleanable_ratio)
+            self._states[chosen.tp] = _Entry(CleaningState.IN_PROGRESS)
+            return chosen
+
+    # -- states --------------------------------------------------------------------------------
+    def state(self, tp: TopicPartition) -> tuple[CleaningState | None, int]:
+        with self._lock:
+            entry = self._states.get(tp)
+            return (None, 0) if entry is None else (entry.state, entry.paused)
+
+    def abort_and_pause(self, tp: TopicPartition, timeout_s: float | None = None) -> None:
+        with self._lock:
+            entry = self._states.get(tp)
+            if entry is None:
+                self._states[tp] = _Entry(CleaningState.PAUSED, 1)
+            elif entry.state is CleaningState.IN_PROGRESS:
+                entry.state = CleaningState.ABORTED
+                ok = self._lock.wait_for(
+                    lambda: self._states[tp].state is CleaningState.PAUSED, timeout=timeout_s
+                )
+                if not ok:
+                    raise TimeoutError(f"{tp}: the cleaner did not stop within {timeout_s} s")
+            elif entry.state is CleaningState.PAUSED:
+                entry.paused += 1
+            else:
+                raise AssertionError(f"{tp}: abort requested while already aborting")
+
+    def pause(self, tp: TopicPartition) -> None:
+        """Alias of :meth:`abort_and_pause`: a pause always stops a running clean first."""
+        self.abort_and_pause(tp)
+
+    def resume(self, tp: TopicPartition) -> None:
+        with self._lock:
+            entry = self._states.get(tp)
+            if entry is None or entry.state is not CleaningState.PAUSED:
+                raise AssertionError(f"{tp}: resume of cleaning that is not paused ({entry})")
+            entry.paused -= 1
+            if entry.paused == 0:
+                del self._states[tp]
+
+    def abort(self, tp: TopicPartition) -> None:
+        self.abort_and_pause(tp)
+        self.resume(tp)
+
+    def check_aborted(self, tp: TopicPartition) -> None:
+        """Called by a cleaning thread between steps: raise if it was asked to stop."""
+        with self._lock:
+            entry = self._states.get(tp)
+            if entry is not None and entry.state is CleaningState.ABORTED:
+                raise CleaningAbortedError(f"{tp}: cleaning aborted")
+
+    def done_cleaning(
+        self,
+        tp: TopicPartition,
+        log_dir: Path,
+        live: Sequence[TopicPartition],
+        end_offset: int | None,
+    ) -> None:
+        """End of a clean: IN_PROGRESS → none (checkpoint written to ``end_offset`` when
+        given); ABORTED → PAUSED(1), waking whoever waits in :meth:`abort_and_pause`."""
+        with self._lock:
+            entry = self._states.get(tp)
+            if entry is None:
+                raise AssertionError(f"{tp}: done_cleaning without a clean in progress")
+            if entry.state is CleaningState.IN_PROGRESS:
+                if end_offset is not None:
+                    self.update_checkpoint(log_dir, live, update=(tp, end_offset))
+                del self._states[tp]
+            elif entry.state is CleaningState.ABORTED:
+                entry.state, entry.paused = CleaningState.PAUSED, 1
+                self._lock.notify_all()
+            else:
+                raise AssertionError(f"{tp}: done_cleaning in state {entry.state}")
+
+    # -- uncleanable partitions ----------------------------------------------------------------
+    def mark_uncleanable(self, tp: TopicPartition, reason: str) -> None:
+        with self._lock:
+            logger.error("%s is uncleanable: %s", tp, reason)
+            self._uncleanable[tp] = reason
+
+    def clear_uncleanable(self, tp: TopicPartition) -> bool:
+        with self._lock:
+            return self._uncleanable.pop(tp, None) is not None
+
+    @property
+    def uncleanable(self) -> dict[TopicPartition, str]:
+        with self._lock:
+            return dict(self._uncleanable)
