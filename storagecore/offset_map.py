@@ -1,0 +1,120 @@
+"""The cleaner's key → last offset map with a fixed memory budget (Kafka's ``SkimpyOffsetMap``).
+
+One flat ``bytearray`` of ``memory_bytes // 24`` slots, allocated once: memory use is the
+configured dedupe buffer whatever the number of keys (DESIGN invariant 4). A slot holds the
+16-byte MD5 of a key and the offset (int64, big-endian); an all-zero slot is empty. Keys are
+compared by digest only (Kafka's accepted risk of merging two keys with equal MD5).
+
+Probing is Kafka's: attempt ``i`` reads the int32 (big-endian) at byte ``min(i, 12)`` of the
+digest and adds ``max(0, i - 12)``; ``slot = abs(probe) % slots`` with Java's int overflow and
+``abs(Integer.MIN_VALUE) == 0``. So the first 13 attempts use successive windows of the digest,
+then probing is linear.
+
+The map never grows and never fails a caller that respects :attr:`capacity`: the cleaner stops
+mapping when ``size`` reaches ``slots * load_factor`` and cleans up to the last offset it
+mapped, continuing in a later round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Final
+
+HASH_BYTES: Final = 16
+OFFSET: Final = struct.Struct(">q")
+ENTRY_BYTES: Final = HASH_BYTES + OFFSET.size
+_INT32: Final = struct.Struct(">i")
+_EMPTY: Final = bytes(ENTRY_BYTES)
+assert ENTRY_BYTES == 24
+
+
+def key_digest(key: bytes) -> bytes:
+    return hashlib.md5(key, usedforsecurity=False).digest()
+
+
+class SkimpyOffsetMap:
+    def __init__(self, memory_bytes: int, load_factor: float = 0.9) -> None:
+        slots = memory_bytes // ENTRY_BYTES
+        if slots < 1 or not 0 < load_factor <= 1:
+            raise ValueError(
+                f"offset map of {memory_bytes} bytes with load factor {load_factor} holds no key"
+            )
+        # Kafka requires slots * load factor > 1: a map that holds a single key makes no progress.
+        if int(slots * load_factor) < 1:
+            raise ValueError(f"offset map of {memory_bytes} bytes is too small to make progress")
+        self.slots = slots
+        self.load_factor = load_factor
+        self._table = bytearray(slots * ENTRY_BYTES)
+        self.size = 0
+        self.latest_offset = -1
+        self.lookups = 0
+        self.probes = 0
+
+    @property
+    def memory_bytes(self) -> int:
+        return len(self._table)
+
+    @property
+    def capacity(self) -> int:
+        """How many keys the cleaner puts before it treats the map as full."""
+        return int(self.slots * self.load_factor)
+
+    @property
+    def utilization(self) -> float:
+        return self.size / self.slots
+
+    def _slot(self, digest: bytes, attempt: int) -> int:
+        window = min(attempt, HASH_BYTES - 4)
+        probe = _INT32.unpack_from(digest, window)[0] + max(0, attempt - HASH_BYTES + 4)
+        probe = (probe + 2**31) % 2**32 - 2**31  # Java int arithmetic wraps
+        magnitude = 0 if probe == -(2**31) else abs(probe)
+        return magnitude % self.slots
+
+    def _find(self, digest: bytes) -> tuple[int, bool]:
+        """Position of ``digest``'s slot, or of the first empty slot on its probe path; (-1,
+        False) when neither exists (a full map). The linear tail of the probe sequence visits
+        every slot within ``slots`` attempts, so the search always ends (Kafka's get would loop
+        forever on a full map)."""
+        table = self._table
+        self.lookups += 1
+        for attempt in range(self.slots + HASH_BYTES):
+            position = self._slot(digest, attempt) * ENTRY_BYTES
+            self.probes += 1
+            if table[position : position + HASH_BYTES] == digest:
+                return position, True
+            if table[position : position + ENTRY_BYTES] == _EMPTY:
+                return position, False
+        return -1, False
+
+    def put_digest(self, digest: bytes, offset: int) -> None:
+        assert len(digest) == HASH_BYTES
+        position, found = self._find(digest)
+        if not found:
+            if position < 0 or self.size >= self.slots:
+                raise AssertionError("put into a full offset map")
+            self._table[position : position + HASH_BYTES] = digest
+            self.size += 1
+        OFFSET.pack_into(self._table, position + HASH_BYTES, offset)
+        self.latest_offset = offset
+
+    def get_digest(self, digest: bytes) -> int:
+        """The offset stored for ``digest``, or -1."""
+        position, found = self._find(digest)
+        return OFFSET.unpack_from(self._table, position + HASH_BYTES)[0] if found else -1
+
+    def put(self, key: bytes, offset: int) -> None:
+        self.put_digest(key_digest(key), offset)
+
+    def get(self, key: bytes) -> int:
+        return self.get_digest(key_digest(key))
+
+    def update_latest_offset(self, offset: int) -> None:
+        self.latest_offset = offset
+
+    def clear(self) -> None:
+        self._table[:] = bytes(len(self._table))
+        self.size = 0
+        self.latest_offset = -1
+        self.lookups = 0
+        self.probes = 0
