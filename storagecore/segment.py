@@ -119,6 +119,15 @@ class LogSegment:
         return self.log.size_bytes
 
     @property
+    def offset_index_size_bytes(self) -> int:
+        """Bytes of valid offset-index entries (what a cleaned segment's index will need)."""
+        return self.offset_index.size_bytes
+
+    @property
+    def time_index_size_bytes(self) -> int:
+        return self.time_index.size_bytes
+
+    @property
     def directory(self) -> Path:
         return self.log.path.parent
 
