@@ -82,16 +82,21 @@ def best_of_interleaved(
     return min(plain_times), min(log_times)
 
 
+def plain_write(root: Path, batches: list[bytes]) -> None:
+    """The baseline of the append measurements: the same bytes, the same chunks, one fsync."""
+    path = root / "plain.bin"
+    with path.open("wb", buffering=0) as handle:
+        for data in batches:
+            handle.write(data)
+        os.fsync(handle.fileno())
+    path.unlink()
+
+
 def bench_append(root: Path, batches: list[bytes], runs: int) -> tuple[float, float]:
     total = sum(len(b) for b in batches)
 
     def plain() -> None:
-        path = root / "plain.bin"
-        with path.open("wb", buffering=0) as handle:
-            for data in batches:
-                handle.write(data)
-            os.fsync(handle.fileno())
-        path.unlink()
+        plain_write(root, batches)
 
     def log_append() -> None:
         directory = root / "logdir"
@@ -117,12 +122,7 @@ def bench_append_floor(root: Path, batches: list[bytes], runs: int) -> tuple[flo
     validate = validate_uncompressed
 
     def plain() -> None:
-        path = root / "plain.bin"
-        with path.open("wb", buffering=0) as handle:
-            for data in batches:
-                handle.write(data)
-            os.fsync(handle.fileno())
-        path.unlink()
+        plain_write(root, batches)
 
     def floor() -> None:
         path = root / "floor.bin"
