@@ -31,6 +31,7 @@ from storagecore import durability, files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import CorruptIndexError, CorruptRecordError
+from storagecore.records.file_records import FileRecords
 from storagecore.segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -59,14 +60,13 @@ def load_log(
     prefix = f"[LogLoader partition={tp}, dir={directory.parent}]"
     now_ms = clock.milliseconds()
 
-    def open_segment(base_offset: int, suffix: str = "") -> LogSegment:
+    def open_segment(base_offset: int) -> LogSegment:
         return LogSegment.open(
             directory,
             base_offset,
             index_interval_bytes=config.index_interval_bytes,
             max_index_size_bytes=config.segment_index_bytes,
             now_ms=now_ms,
-            suffix=suffix,
             writable_indexes=False,
         )
 
@@ -80,11 +80,12 @@ def load_log(
         ends: list[int] = []
         for path in log_swaps:
             base = files.offset_from_file_name(path.name)
-            segment = open_segment(base, files.SWAP_SUFFIX)
+            # Read-only: opening it as a segment would create missing index files.
+            records = FileRecords(path, create=False)
             try:
-                ends.append(_scan_next_offset(segment))
+                ends.append(_scan_next_offset(records, base))
             finally:
-                segment.close_handles()
+                records.close()
             bases.append(base)
         low, high = min(bases), max(ends)
         for path in sorted(directory.iterdir()):
@@ -262,8 +263,8 @@ def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> l
     return valid
 
 
-def _scan_next_offset(segment: LogSegment) -> int:
-    next_offset = segment.base_offset
-    for header in segment.log.batch_headers(0):
+def _scan_next_offset(records: FileRecords, base_offset: int) -> int:
+    next_offset = base_offset
+    for header in records.batch_headers(0):
         next_offset = header.next_offset
     return next_offset

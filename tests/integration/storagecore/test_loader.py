@@ -317,10 +317,11 @@ def _cleaned_copy(directory: Path, log: Log, olds: list[LogSegment], suffix: str
     return [s.base_offset for s in cleaned_copy(directory, olds, suffix)]
 
 
+SwapSetup = tuple[Log, list[LogSegment], list[int], list[int]]
+
+
 @pytest.fixture
-def swap_setup(
-    directory: Path, clock: ManualClock
-) -> tuple[Log, list[LogSegment], list[int], list[int]]:
+def swap_setup(directory: Path, clock: ManualClock) -> SwapSetup:
     log = write_log(directory, clock)
     log.flush()
     olds = log.segments[:2]
@@ -371,10 +372,7 @@ SWAP_STATES = {
 
 @pytest.mark.parametrize("state", list(SWAP_STATES))
 def test_every_swap_crash_state_resolves_to_old_or_new(
-    directory: Path,
-    clock: ManualClock,
-    swap_setup: tuple[Log, list[LogSegment], list[int], list[int]],
-    state: str,
+    directory: Path, clock: ManualClock, swap_setup: SwapSetup, state: str
 ) -> None:
     log, olds, original, expected = swap_setup
     new_bases = _cleaned_copy(directory, log, olds, CLEANED)
@@ -453,3 +451,18 @@ def test_over_compacted_offsets_roll_and_load(directory: Path, clock: ManualCloc
     reloaded = reopen(directory, clock, clean=False)
     assert [r.offset for r in reloaded.records()] == [0, jump]
     assert reloaded.log_end_offset == jump + 1
+
+
+def test_a_swap_log_without_its_indexes_completes_and_leaves_nothing_behind(
+    directory: Path, clock: ManualClock, swap_setup: SwapSetup
+) -> None:
+    """Not a state the protocol produces (indexes are renamed with their log), but a loader
+    must not create files while it looks: the swap completes and the indexes are rebuilt."""
+    log, olds, _, expected = swap_setup
+    new_bases = _cleaned_copy(directory, log, olds, CLEANED)
+    log.close()
+    for base in new_bases:
+        _rename(directory, base, CLEANED, SWAP)
+        for kind in (".index", ".timeindex"):
+            (directory / f"{files.filename_prefix(base)}{kind}{SWAP}").unlink()
+    assert _offsets_after_reload(directory, clock) == expected
