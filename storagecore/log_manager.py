@@ -100,6 +100,8 @@ class LogManager:
                 self._dirs[path] = self._lock_dir(path)
             self._load_logs()
         except BaseException:
+            for log in self._logs.values():
+                log.close_handles()
             self._release_locks()
             raise
 
