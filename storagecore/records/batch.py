@@ -540,16 +540,6 @@ def build_control_batch(
     )
 
 
-def set_base_offset(buffer: bytearray, position: int, base_offset: int) -> None:
-    """Rewrite a batch's base offset in place (not covered by the CRC)."""
-    _INT64.pack_into(buffer, position + layout.BASE_OFFSET_OFFSET, base_offset)
-
-
-def set_partition_leader_epoch(buffer: bytearray, position: int, epoch: int) -> None:
-    """Stamp the leader epoch in place (not covered by the CRC)."""
-    _INT32.pack_into(buffer, position + layout.PARTITION_LEADER_EPOCH_OFFSET, epoch)
-
-
 def set_max_timestamp(
     buffer: bytearray, position: int, size: int, timestamp_type: TimestampType, max_timestamp: int
 ) -> None:

@@ -11,10 +11,6 @@ from collections.abc import Callable
 
 import crc32c as _crc32c_package
 
-#: True when the package uses the SSE4.2/ARMv8 instruction (checked by a test, reported by tools).
-HARDWARE_BASED: bool = bool(getattr(_crc32c_package, "hardware_based", False))
-
-
 #: CRC-32C of a bytes-like object, as an unsigned 32-bit int (the package's C function itself:
 #: this sits on the append path, where even a Python wrapper call shows up).
 crc32c: Callable[[bytes | bytearray | memoryview], int] = _crc32c_package.crc32c
