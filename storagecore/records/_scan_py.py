@@ -15,22 +15,31 @@ from storagecore.records.varint import decode_varint, decode_varlong
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-class _VarintError(Exception):
-    pass
+class _FramingError(Exception):
+    """A record whose fields do not fit its declared length (message: what is wrong)."""
 
 
 def _varint(payload: bytes | memoryview, pos: int, limit: int) -> tuple[int, int]:
     try:
         return decode_varint(payload, pos, limit)
     except CorruptRecordError:
-        raise _VarintError("truncated or overlong varint") from None
+        raise _FramingError("truncated or overlong varint") from None
 
 
 def _varlong(payload: bytes | memoryview, pos: int, limit: int) -> tuple[int, int]:
     try:
         return decode_varlong(payload, pos, limit)
     except CorruptRecordError:
-        raise _VarintError("truncated or overlong varint") from None
+        raise _FramingError("truncated or overlong varint") from None
+
+
+def _skip(pos: int, length: int, limit: int) -> int:
+    """Position after a field of ``length`` bytes (none when negative: a null field)."""
+    if length <= 0:
+        return pos
+    if length > limit - pos:
+        raise _FramingError("a field runs past the record")
+    return pos + length
 
 
 def scan_records(payload: bytes | memoryview, count: int, base_timestamp: int) -> ScanResult:
@@ -49,7 +58,7 @@ def scan_records(payload: bytes | memoryview, count: int, base_timestamp: int) -
             if length < 0 or length > end - pos:
                 return ScanResult.failed(f"{where}: length {length} runs past the batch")
             if pos + 1 > body_end:
-                raise _VarintError("truncated or overlong varint")
+                raise _FramingError("truncated or overlong varint")
             pos += 1  # attributes
             ts_delta, pos = _varlong(payload, pos, body_end)
             offset_delta, pos = _varint(payload, pos, body_end)
@@ -58,15 +67,9 @@ def scan_records(payload: bytes | memoryview, count: int, base_timestamp: int) -
             key_length, pos = _varint(payload, pos, body_end)
             if key_length < 0:
                 null_keys += 1
-            else:
-                if key_length > body_end - pos:
-                    return ScanResult.failed(f"{where}: a field runs past the record")
-                pos += key_length
+            pos = _skip(pos, key_length, body_end)
             value_length, pos = _varint(payload, pos, body_end)
-            if value_length > 0:
-                if value_length > body_end - pos:
-                    return ScanResult.failed(f"{where}: a field runs past the record")
-                pos += value_length
+            pos = _skip(pos, value_length, body_end)
             header_count, pos = _varint(payload, pos, body_end)
             if header_count < 0:
                 return ScanResult.failed(f"{where}: negative header count")
@@ -74,19 +77,14 @@ def scan_records(payload: bytes | memoryview, count: int, base_timestamp: int) -
                 header_key, pos = _varint(payload, pos, body_end)
                 if header_key < 0:
                     return ScanResult.failed(f"{where}: null header key")
-                if header_key > body_end - pos:
-                    return ScanResult.failed(f"{where}: a field runs past the record")
-                pos += header_key
+                pos = _skip(pos, header_key, body_end)
                 header_value, pos = _varint(payload, pos, body_end)
-                if header_value > 0:
-                    if header_value > body_end - pos:
-                        return ScanResult.failed(f"{where}: a field runs past the record")
-                    pos += header_value
+                pos = _skip(pos, header_value, body_end)
             if pos != body_end:
                 return ScanResult.failed(
                     f"{where}: body declares {length} bytes, fields take {pos - body_end + length}"
                 )
-        except _VarintError as exc:
+        except _FramingError as exc:
             return ScanResult.failed(f"{where}: {exc}")
         timestamp = base_timestamp + ts_delta
         if not _INT64_MIN <= timestamp <= _INT64_MAX:
