@@ -1,17 +1,57 @@
 """Compaction (Kafka's ``Cleaner``): the algorithms that turn dirty segments into clean ones.
 
-This module holds the pure parts first: :func:`group_segments_by_size`, which decides which old
-segments are rewritten into one new segment. (The offset map is :mod:`storagecore.offset_map`;
-the choice of log and the cleaning states are :mod:`storagecore.cleaner_manager`; the swap of
-the cleaned segments is :meth:`storagecore.log.Log.replace_segments`.)
+One :meth:`Cleaner.clean` is one round over one log (Kafka's ``doClean``):
+
+1. build the offset map (key digest → last offset) over the dirty range ``[first dirty, first
+   uncleanable)``, stopping where the map is full; the round ends at ``map.latest_offset + 1``;
+2. group every segment below that end with :func:`group_segments_by_size`;
+3. rewrite each group into one ``.cleaned`` segment, keeping a record when no later offset in
+   the map has its key (tombstones until their delete horizon, aborted transactional data never,
+   markers until their horizon, each producer's last batch and the round's last batch even if
+   emptied), then swap it in with :meth:`storagecore.log.Log.replace_segments`;
+4. return the end offset, which the caller writes to ``cleaner-offset-checkpoint``.
+
+Invariant (DESIGN 2): offsets and order never change, nothing at or after the first uncleanable
+offset is rewritten, and for every key the record with the highest offset survives. A round
+whose map filled before the end of the dirty range still makes progress and leaves the rest to
+the next round (KAFKA-3587/3894): memory is the map's, whatever the number of keys (DESIGN 4).
+
+The offset map is :mod:`storagecore.offset_map`; the choice of log and the cleaning states are
+:mod:`storagecore.cleaner_manager`; the threads are :mod:`storagecore.log_cleaner`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+import dataclasses
+import heapq
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final, Protocol, TypeVar
 
+from storagecore import files
+from storagecore.config import TopicPartition
+from storagecore.errors import ConfigError, CorruptRecordError
+from storagecore.log import Log
+from storagecore.offset_map import SkimpyOffsetMap, key_digest
+from storagecore.records import layout
+from storagecore.records.batch import (
+    ControlType,
+    NewRecord,
+    Record,
+    RecordBatch,
+    TimestampType,
+    build_batch,
+    build_empty_batch,
+)
 from storagecore.records.layout import INT32_MAX
+from storagecore.segment import LogSegment
+from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type_of
+
+logger = logging.getLogger(__name__)
 
 
 class GroupableSegment(Protocol):
@@ -81,3 +121,678 @@ def group_segments_by_size(
             index += 1
         groups.append(group)
     return groups
+
+
+# -- configuration -------------------------------------------------------------------------------
+MIB: Final = 1 << 20
+
+
+#: Kafka broker keys of the cleaner settings → (field, type).
+CLEANER_SETTINGS: Final[dict[str, tuple[str, type]]] = {
+    "log.cleaner.threads": ("threads", int),
+    "log.cleaner.dedupe.buffer.size": ("dedupe_buffer_size", int),
+    "log.cleaner.io.buffer.load.factor": ("io_buffer_load_factor", float),
+    "log.cleaner.io.buffer.size": ("io_buffer_size", int),
+    "log.cleaner.backoff.ms": ("backoff_ms", int),
+    "log.cleaner.io.max.bytes.per.second": ("io_max_bytes_per_second", float),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", int),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CleanerConfig:
+    """The broker-level cleaner settings (Kafka's names and defaults, ``log.cleaner.*``)."""
+
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * MIB
+    """Offset map memory, split over the threads."""
+    io_buffer_load_factor: float = 0.9
+    """Fill fraction of the offset map at which a round stops mapping."""
+    io_buffer_size: int = 512 * 1024
+    backoff_ms: int = 15_000
+    io_max_bytes_per_second: float = math.inf
+    """Read and write budget shared by all cleaner threads."""
+    producer_id_expiration_ms: int = 86_400_000
+    """A producer silent this long no longer has its last batch kept."""
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, bool]] = [
+            ("log.cleaner.threads", self.threads >= 1),
+            ("log.cleaner.dedupe.buffer.size", self.dedupe_buffer_size >= 24 * self.threads * 2),
+            ("log.cleaner.io.buffer.load.factor", 0 < self.io_buffer_load_factor <= 1),
+            ("log.cleaner.io.buffer.size", self.io_buffer_size >= 0),
+            ("log.cleaner.backoff.ms", self.backoff_ms >= 0),
+            ("log.cleaner.io.max.bytes.per.second", self.io_max_bytes_per_second > 0),
+            ("producer.id.expiration.ms", self.producer_id_expiration_ms >= 1),
+        ]
+        for key, ok in checks:
+            if not ok:
+                raise ConfigError(f"{key}: invalid value in {self}")
+
+    @property
+    def map_memory_per_thread(self) -> int:
+        """Kafka: ``min(dedupe.buffer.size / threads, Int.MaxValue)``."""
+        return min(self.dedupe_buffer_size // self.threads, INT32_MAX)
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> CleanerConfig:
+        """Build from Kafka's broker keys; an unknown key or a bad value names the key."""
+        values: dict[str, Any] = {}
+        for key, raw in properties.items():
+            if key not in CLEANER_SETTINGS:
+                raise ConfigError(
+                    f"unknown cleaner setting {key!r}; known: {', '.join(sorted(CLEANER_SETTINGS))}"
+                )
+            field, kind = CLEANER_SETTINGS[key]
+            try:
+                values[field] = kind(raw)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+        try:
+            return cls(**values)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+# -- throttling --------------------------------------------------------------------------------
+class Throttler:
+    """Kafka's ``Throttler``: shared by the cleaner threads; every ~300 ms it compares the bytes
+    seen with the desired rate and sleeps off any excess."""
+
+    def __init__(
+        self,
+        bytes_per_second: float,
+        *,
+        check_interval_ms: int = 300,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bytes_per_second = bytes_per_second
+        self.check_interval_s = check_interval_ms / 1000
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._period_start = monotonic()
+        self._observed = 0.0
+        self.total_wait_s = 0.0
+
+    def set_rate(self, bytes_per_second: float) -> None:
+        with self._lock:
+            self.bytes_per_second = bytes_per_second
+
+    def maybe_throttle(self, observed_bytes: float) -> float:
+        """Account ``observed_bytes``; sleep if the rate is exceeded. Returns seconds slept."""
+        if math.isinf(self.bytes_per_second):
+            return 0.0
+        with self._lock:
+            self._observed += observed_bytes
+            now = self._monotonic()
+            elapsed = now - self._period_start
+            if elapsed < self.check_interval_s:
+                return 0.0
+            wait = self._observed / self.bytes_per_second - elapsed
+            self._period_start = now
+            self._observed = 0.0
+            if wait <= 0:
+                return 0.0
+            # Sleeping under the lock makes the other threads wait too: the budget is shared.
+            self._sleep(wait)
+            self.total_wait_s += wait
+            self._period_start = self._monotonic()
+            return wait
+
+
+# -- statistics --------------------------------------------------------------------------------
+@dataclasses.dataclass(slots=True)
+class CleanerStats:
+    """One round over one log (Kafka's ``CleanerStats``), as data."""
+
+    topic_partition: str = ""
+    first_dirty_offset: int = 0
+    end_offset: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    invalid_messages: int = 0
+    keys_in_map: int = 0
+    map_slots: int = 0
+    batches_copied_verbatim: int = 0
+    batches_rebuilt: int = 0
+    segments_replaced: int = 0
+    groups: int = 0
+    map_full: bool = False
+    next_delete_horizon_ms: int | None = None
+    """Earliest horizon of a tombstone or marker kept by this round: cleaning again after it
+    removes them even if nothing new is dirty (Kafka waits for the dirty ratio, §8.8)."""
+    start_s: float = dataclasses.field(default_factory=time.monotonic)
+    map_complete_s: float = 0.0
+    end_s: float = 0.0
+
+    @property
+    def buffer_utilization(self) -> float:
+        return self.keys_in_map / self.map_slots if self.map_slots else 0.0
+
+    @property
+    def elapsed_s(self) -> float:
+        return max(self.end_s - self.start_s, 1e-9)
+
+    @property
+    def elapsed_indexing_s(self) -> float:
+        return max(self.map_complete_s - self.start_s, 0.0)
+
+    @property
+    def records_per_second(self) -> float:
+        return self.messages_read / self.elapsed_s
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.bytes_read / MIB / self.elapsed_s
+
+    @property
+    def size_reduction(self) -> float:
+        return 1 - self.bytes_written / self.bytes_read if self.bytes_read else 0.0
+
+    @property
+    def message_reduction(self) -> float:
+        return 1 - self.messages_written / self.messages_read if self.messages_read else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("start_s", "map_complete_s", "end_s")
+        }
+        result.update(
+            duration_seconds=round(self.elapsed_s, 6),
+            indexing_seconds=round(self.elapsed_indexing_s, 6),
+            buffer_utilization=round(self.buffer_utilization, 6),
+            records_per_second=round(self.records_per_second, 1),
+            mb_per_second=round(self.mb_per_second, 3),
+            size_reduction=round(self.size_reduction, 6),
+            message_reduction=round(self.message_reduction, 6),
+        )
+        return result
+
+    def stats_line(self, thread_id: int) -> str:
+        """Kafka's INFO line after each clean (MB = 2^20 bytes; "Mb/sec" is Kafka's spelling)."""
+        elapsed = self.elapsed_s
+        indexing = min(self.elapsed_indexing_s, elapsed)
+        cleaning = max(elapsed - indexing, 1e-9)
+        read_mb = self.bytes_read / MIB
+        map_mb = self.map_bytes_read / MIB
+        written_mb = self.bytes_written / MIB
+        return (
+            f"\n\tLog cleaner thread {thread_id} cleaned log {self.topic_partition} "
+            f"(dirty section = [{self.first_dirty_offset}, {self.end_offset}])\n"
+            f"\t{read_mb:.1f} MB of log processed in {elapsed:.1f} seconds "
+            f"({read_mb / elapsed:.1f} MB/sec).\n"
+            f"\tIndexed {map_mb:.1f} MB in {indexing:.1f} seconds "
+            f"({map_mb / max(indexing, 1e-9):.1f} Mb/sec, {100 * indexing / elapsed:.1f}% of total "
+            f"time)\n"
+            f"\tBuffer utilization: {100 * self.buffer_utilization:.1f}%\n"
+            f"\tCleaned {read_mb:.1f} MB in {cleaning:.1f} seconds "
+            f"({read_mb / cleaning:.1f} Mb/sec, {100 * cleaning / elapsed:.1f}% of total time)\n"
+            f"\tStart size: {read_mb:.1f} MB ({self.messages_read} messages)\n"
+            f"\tEnd size: {written_mb:.1f} MB ({self.messages_written} messages)\n"
+            f"\t{100 * self.size_reduction:.1f}% size reduction "
+            f"({100 * self.message_reduction:.1f}% fewer messages)\n"
+        )
+
+
+# -- transaction bookkeeping while cleaning (Kafka's CleanedTransactionMetadata) ----------------
+@dataclasses.dataclass(slots=True)
+class _OngoingAborted:
+    txn: AbortedTxn
+    observed_batch: bool = False
+
+
+class CleanedTransactionMetadata:
+    """Which transactional batches and markers a pass may discard.
+
+    Aborted transactions wait in a heap by first offset and become "ongoing" when the pass
+    reaches their first offset. Aborted data is discarded at once; an ABORT marker may go only
+    once no batch of its transaction is left (on a later pass), a COMMIT marker only once none
+    of its transaction's batches is seen. A kept marker survives further until its horizon.
+    One instance carries the state across all groups of a round (KAFKA-8351).
+    """
+
+    def __init__(self, aborted: Sequence[AbortedTxn] = ()) -> None:
+        self._heap: list[AbortedTxn] = list(aborted)
+        heapq.heapify(self._heap)
+        self._ongoing_aborted: dict[int, _OngoingAborted] = {}
+        self._ongoing_committed: set[int] = set()
+        self.retained_aborted: list[AbortedTxn] = []
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._heap and self._heap[0].first_offset <= offset:
+            txn = heapq.heappop(self._heap)
+            self._ongoing_aborted.setdefault(txn.producer_id, _OngoingAborted(txn))
+
+    def on_control_batch(self, batch: RecordBatch, control_type: ControlType | None) -> bool:
+        """True when the marker's transaction has no data left here (it may be discarded)."""
+        self._consume_up_to(batch.last_offset)
+        if control_type is None:
+            return True  # an emptied control batch, already cleaned
+        pid = batch.producer_id
+        if control_type is ControlType.ABORT:
+            ongoing = self._ongoing_aborted.pop(pid, None)
+            if ongoing is not None and ongoing.observed_batch:
+                self.retained_aborted.append(ongoing.txn)
+                return False
+            return True
+        if control_type is ControlType.COMMIT:
+            if pid in self._ongoing_committed:
+                self._ongoing_committed.discard(pid)
+                return False
+            return True
+        return False
+
+    def on_data_batch(self, batch: RecordBatch) -> bool:
+        """True when the batch belongs to an aborted transaction (discard its records)."""
+        self._consume_up_to(batch.last_offset)
+        if not batch.is_transactional:
+            return False
+        ongoing = self._ongoing_aborted.get(batch.producer_id)
+        if ongoing is not None:
+            ongoing.observed_batch = True
+            return True
+        self._ongoing_committed.add(batch.producer_id)
+        return False
+
+
+# -- the cleaner -------------------------------------------------------------------------------
+CheckDone = Callable[[TopicPartition], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CleanRequest:
+    """What one round needs to know (a :class:`storagecore.cleaner_manager.LogToClean` is one)."""
+
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+
+
+def _never_done(_tp: TopicPartition) -> None:
+    return None
+
+
+class _Output:
+    """The cleaned segment being written: batches buffered and appended in index-interval
+    chunks, so that its offset index is as dense as one written by appends."""
+
+    def __init__(self, segment: LogSegment, flush_bytes: int, throttle: Callable[[int], None]):
+        self.segment = segment
+        self._flush_bytes = max(flush_bytes, 1)
+        self._throttle = throttle
+        self._parts: list[bytes | bytearray | memoryview] = []
+        self._pending = 0
+        self._last_offset = -1
+        self._max_timestamp = layout.NO_TIMESTAMP
+        self._offset_of_max_timestamp = -1
+        self.bytes_written = 0
+
+    def add(
+        self, data: bytes | bytearray | memoryview, last_offset: int, max_timestamp: int
+    ) -> None:
+        self._parts.append(data)
+        self._pending += len(data)
+        self._last_offset = last_offset
+        if max_timestamp > self._max_timestamp or self._offset_of_max_timestamp < 0:
+            self._max_timestamp = max(max_timestamp, self._max_timestamp)
+            self._offset_of_max_timestamp = last_offset
+        if self._pending >= self._flush_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._parts:
+            return
+        data = b"".join(self._parts)
+        self.segment.append(
+            self._last_offset, self._max_timestamp, self._offset_of_max_timestamp, data
+        )
+        self._throttle(len(data))
+        self.bytes_written += len(data)
+        self._parts = []
+        self._pending = 0
+        self._max_timestamp = layout.NO_TIMESTAMP
+        self._offset_of_max_timestamp = -1
+
+
+class Cleaner:
+    """One cleaner thread's worker: its own offset map, a shared throttler."""
+
+    def __init__(
+        self,
+        thread_id: int = 0,
+        *,
+        offset_map: SkimpyOffsetMap | None = None,
+        config: CleanerConfig | None = None,
+        throttler: Throttler | None = None,
+        check_done: CheckDone = _never_done,
+    ) -> None:
+        self.thread_id = thread_id
+        self.config = config or CleanerConfig()
+        self.offset_map = offset_map or SkimpyOffsetMap(
+            self.config.map_memory_per_thread, self.config.io_buffer_load_factor
+        )
+        self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
+        self.check_done = check_done
+
+    # -- one round -------------------------------------------------------------------------
+    def clean(self, request: CleanRequest, now_ms: int | None = None) -> CleanerStats:
+        """Kafka's ``doClean``: one round over ``request.log``; returns the stats, whose
+        ``end_offset`` is the new first dirty offset (the checkpoint value)."""
+        log = request.log
+        now = log.clock.milliseconds() if now_ms is None else now_ms
+        stats = CleanerStats(
+            topic_partition=str(log.tp), first_dirty_offset=request.first_dirty_offset
+        )
+        upper = request.first_uncleanable_offset
+        txn_state = log.transaction_state()
+        producers = txn_state.active_producers(now, self.config.producer_id_expiration_ms)
+        self.build_offset_map(log, request.first_dirty_offset, upper, txn_state.aborted, stats)
+        end_offset = max(self.offset_map.latest_offset + 1, request.first_dirty_offset)
+        stats.end_offset = end_offset
+        stats.keys_in_map = self.offset_map.size
+        stats.map_slots = self.offset_map.slots
+        stats.map_complete_s = time.monotonic()
+        segments = [s for s in log.segments[:-1] if s.base_offset < end_offset]
+        groups = group_segments_by_size(
+            segments,
+            log.config.segment_bytes,
+            log.config.segment_index_bytes,
+            request.first_uncleanable_offset,
+        )
+        txns = CleanedTransactionMetadata(txn_state.aborted)
+        for group in groups:
+            self.clean_segments(
+                log,
+                group,
+                now_ms=now,
+                stats=stats,
+                txns=txns,
+                producers=producers,
+                upper_bound=upper,
+            )
+        stats.groups = len(groups)
+        stats.end_s = time.monotonic()
+        return stats
+
+    # -- the offset map --------------------------------------------------------------------
+    def build_offset_map(
+        self,
+        log: Log,
+        start: int,
+        end: int,
+        aborted: Sequence[AbortedTxn],
+        stats: CleanerStats,
+    ) -> bool:
+        """Map keys of ``[start, end)`` to their last offset; True when the map filled first.
+
+        Stops in the middle of a batch when full: ``latest_offset`` is then the last offset
+        actually put, and the round ends just after it.
+        """
+        offset_map = self.offset_map
+        offset_map.clear()
+        # Everything below ``start`` is already clean: a round whose dirty range is empty (run
+        # to drop tombstones past their horizon) treats it as mapped.
+        offset_map.update_latest_offset(start - 1)
+        txns = CleanedTransactionMetadata([t for t in aborted if t.last_offset >= start])
+        capacity = offset_map.capacity
+        segments = log.segments
+        dirty = [
+            (segment, segments[i + 1].base_offset if i + 1 < len(segments) else end)
+            for i, segment in enumerate(segments)
+            if segment.base_offset < end
+            and (i + 1 == len(segments) or segments[i + 1].base_offset > start)
+        ]
+        for segment, next_start in dirty:
+            self.check_done(log.tp)
+            position = segment.offset_index.lookup(start).position
+            for batch in self._batches(log, segment, position, stats, for_map=True):
+                if batch.is_control:
+                    txns.on_control_batch(batch, control_type_of(batch))
+                    stats.map_messages_read += 1
+                elif txns.on_data_batch(batch):
+                    stats.map_messages_read += batch.records_count
+                else:
+                    for offset, key in _record_keys(batch):
+                        if key is not None and offset >= start:
+                            if offset_map.size >= capacity:
+                                stats.map_full = True
+                                return True
+                            offset_map.put_digest(key_digest(key), offset)
+                        stats.map_messages_read += 1
+                if batch.last_offset >= start:
+                    offset_map.update_latest_offset(batch.last_offset)
+            offset_map.update_latest_offset(min(next_start, end) - 1)
+        return False
+
+    # -- rewriting a group -----------------------------------------------------------------
+    def clean_segments(
+        self,
+        log: Log,
+        group: Sequence[LogSegment],
+        *,
+        now_ms: int,
+        stats: CleanerStats,
+        txns: CleanedTransactionMetadata,
+        producers: Mapping[int, ProducerLastBatch],
+        upper_bound: int,
+    ) -> LogSegment:
+        """Kafka's ``cleanSegments``: rewrite ``group`` into one ``.cleaned`` segment and swap
+        it in. On any failure (including an abort) the ``.cleaned`` files are removed and the
+        log is untouched."""
+        config = log.config
+        base = group[0].base_offset
+        for path in _segment_paths(log.directory, base, files.CLEANED_SUFFIX):
+            path.unlink(missing_ok=True)
+        cleaned = LogSegment.open(
+            log.directory,
+            base,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size_bytes=config.segment_index_bytes,
+            now_ms=now_ms,
+            suffix=files.CLEANED_SUFFIX,
+        )
+        output = _Output(cleaned, config.index_interval_bytes, self._throttle)
+        swapped = False
+        try:
+            horizon = now_ms + config.delete_retention_ms
+            for segment in group:
+                self.check_done(log.tp)
+                for batch in self._batches(log, segment, 0, stats, for_map=False):
+                    self._filter_batch(
+                        batch, output, txns, producers, upper_bound, now_ms, horizon, stats
+                    )
+                output.flush()
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
+            mtime = group[-1].log.mtime_ms() / 1000
+            os.utime(cleaned.log.path, (mtime, mtime))
+            self.check_done(log.tp)
+            swapped = log.replace_segments([cleaned], group)
+        finally:
+            if not swapped:
+                cleaned.delete_files()
+        stats.bytes_written += output.bytes_written
+        stats.segments_replaced += len(group)
+        return cleaned
+
+    def _filter_batch(  # noqa: PLR0917 - Kafka's filterTo, one decision table
+        self,
+        batch: RecordBatch,
+        output: _Output,
+        txns: CleanedTransactionMetadata,
+        producers: Mapping[int, ProducerLastBatch],
+        upper_bound: int,
+        now_ms: int,
+        horizon_ms: int,
+        stats: CleanerStats,
+    ) -> None:
+        stats.messages_read += batch.records_count
+        # 1. Batch-level decision (Kafka's checkBatchRetention).
+        if batch.is_control:
+            can_discard = txns.on_control_batch(batch, control_type_of(batch))
+            horizon = batch.delete_horizon_ms
+            discard_records = can_discard and horizon is not None and horizon <= now_ms
+        else:
+            can_discard = txns.on_data_batch(batch)
+            discard_records = can_discard
+        retain_empty = (
+            batch.has_producer_id and _is_last_batch_of_producer(batch, producers)
+        ) or batch.next_offset == upper_bound
+        if discard_records and not retain_empty:
+            return
+        # 2. Record-level decisions (Kafka's shouldRetainRecord).
+        records = batch.records()
+        if discard_records:
+            kept: list[Record] = []
+        elif batch.is_control:
+            kept = records
+        else:
+            kept = [r for r in records if self._retain_record(batch, r, now_ms, stats)]
+        if not kept:
+            if retain_empty:
+                empty = build_empty_batch(batch)
+                output.add(empty, batch.last_offset, batch.max_timestamp)
+                stats.batches_rebuilt += 1
+            return
+        contains_tombstones = any(r.value is None for r in kept) and not batch.is_control
+        marker_for_empty_txn = batch.is_control and can_discard
+        set_horizon = not batch.has_delete_horizon and (contains_tombstones or marker_for_empty_txn)
+        if contains_tombstones or marker_for_empty_txn:
+            due = horizon_ms if set_horizon else batch.delete_horizon_ms
+            if due is not None and (
+                stats.next_delete_horizon_ms is None or due < stats.next_delete_horizon_ms
+            ):
+                stats.next_delete_horizon_ms = due
+        if len(kept) == len(records) and not set_horizon:
+            output.add(batch.buffer, batch.last_offset, batch.max_timestamp)
+            stats.messages_written += len(kept)
+            stats.batches_copied_verbatim += 1
+            return
+        rebuilt = _rebuild(batch, kept, horizon_ms if set_horizon else batch.delete_horizon_ms)
+        output.add(rebuilt, batch.last_offset, RecordBatch(rebuilt).max_timestamp)
+        stats.messages_written += len(kept)
+        stats.batches_rebuilt += 1
+
+    def _retain_record(
+        self, batch: RecordBatch, record: Record, now_ms: int, stats: CleanerStats
+    ) -> bool:
+        offset_map = self.offset_map
+        if record.offset > offset_map.latest_offset:
+            return True  # not mapped in this round
+        if record.key is None:
+            stats.invalid_messages += 1
+            return False
+        if record.offset < offset_map.get_digest(key_digest(record.key)):
+            return False  # a later record has this key
+        if record.value is not None:
+            return True
+        horizon = batch.delete_horizon_ms
+        return horizon is None or now_ms < horizon
+
+    # -- reading ---------------------------------------------------------------------------
+    def _batches(
+        self, log: Log, segment: LogSegment, position: int, stats: CleanerStats, *, for_map: bool
+    ) -> Iterator[RecordBatch]:
+        """Validated batches of ``segment`` from ``position``; a corrupt batch raises
+        :class:`CorruptRecordError` naming the file and position (the partition then becomes
+        uncleanable: nothing is rewritten from bad bytes)."""
+        since_check = 0
+        end = position
+        for batch_position, batch in segment.log.batches(position):
+            try:
+                batch.validate()
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(
+                    f"{log.tp}: {segment.log.path} at position {batch_position}: {exc}"
+                ) from exc
+            size = batch.size_bytes
+            end = batch_position + size
+            if for_map:
+                stats.map_bytes_read += size
+            else:
+                stats.bytes_read += size
+            since_check += size
+            if since_check >= _CHECK_EVERY_BYTES:
+                self._throttle(since_check)
+                self.check_done(log.tp)
+                since_check = 0
+            yield batch
+        self._throttle(since_check)
+        # batches() stops quietly at a torn tail; a sealed segment must end on a batch boundary.
+        if end < segment.log.size_bytes:
+            raise CorruptRecordError(
+                f"{log.tp}: {segment.log.path}: {segment.log.size_bytes - end} bytes at position "
+                f"{end} do not form a complete batch"
+            )
+
+    def _throttle(self, size: int) -> None:
+        if size:
+            self.throttler.maybe_throttle(size)
+
+
+_CHECK_EVERY_BYTES: Final = 1 << 20
+
+
+def _segment_paths(directory: Any, base: int, suffix: str) -> list[Any]:
+    return [
+        files.log_file(directory, base, suffix),
+        files.index_file(directory, base, suffix),
+        files.time_index_file(directory, base, suffix),
+        files.txn_index_file(directory, base, suffix),
+    ]
+
+
+def _record_keys(batch: RecordBatch) -> Iterator[tuple[int, bytes | None]]:
+    for record in batch.records():
+        yield record.offset, record.key
+
+
+def _is_last_batch_of_producer(
+    batch: RecordBatch, producers: Mapping[int, ProducerLastBatch]
+) -> bool:
+    last = producers.get(batch.producer_id)
+    if last is None:
+        return False
+    if last.last_data_offset is not None:
+        return batch.last_offset == last.last_data_offset
+    return batch.is_control and batch.producer_epoch == last.producer_epoch
+
+
+def _rebuild(batch: RecordBatch, kept: Sequence[Record], delete_horizon_ms: int | None) -> bytes:
+    """The batch with only ``kept`` records: same base offset, last offset delta, codec,
+    timestamp type, producer fields, flags and leader epoch; records at their own offsets."""
+    log_append = batch.timestamp_type is TimestampType.LOG_APPEND_TIME
+    return build_batch(
+        [
+            NewRecord(
+                key=r.key,
+                value=r.value,
+                timestamp=r.timestamp,
+                headers=r.headers,
+                offset_delta=r.offset - batch.base_offset,
+            )
+            for r in kept
+        ],
+        base_offset=batch.base_offset,
+        compression=batch.compression,
+        timestamp_type=batch.timestamp_type,
+        log_append_time=batch.max_timestamp if log_append else None,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        last_offset_delta=batch.last_offset_delta,
+        delete_horizon_ms=delete_horizon_ms,
+    )

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from storagecore import files
 from storagecore.checkpoints import OffsetCheckpointFile
-from storagecore.config import TopicPartition
+from storagecore.config import LONG_MAX, TopicPartition
 from storagecore.errors import CorruptCheckpointError, StorageError
 from storagecore.log import Log
 from storagecore.segment import LogSegment
@@ -130,8 +130,8 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int) -> Cleanabl
         first_dirty, force = log_start, True
     else:
         first_dirty = checkpoint
-    # One replica and no transactions tracked yet: the last stable offset is the high watermark.
-    candidates = [log.high_watermark, log.active_segment.base_offset]
+    # One replica: the last stable offset is the high watermark unless a transaction is open.
+    candidates = [log.last_stable_offset, log.active_segment.base_offset]
     lag_ms = log.config.min_compaction_lag_ms
     if lag_ms > 0:
         for segment in _segments_from(log, first_dirty, non_active=True):
@@ -216,6 +216,12 @@ class LogCleanerManager:
         }
         self.time_of_last_run_ms = 0
         self.last_pre_clean_stats = PreCleanStats(0.0, 0, 0, 0)
+        # compact-now requests: cleaned regardless of the dirty ratio until a round reaches the
+        # first uncleanable offset.
+        self._forced: set[TopicPartition] = set()
+        # Earliest delete horizon of the tombstones/markers a log still holds (as its last
+        # clean saw them): once passed, the log is cleaned even with nothing new dirty.
+        self._horizons: dict[TopicPartition, int] = {}
 
     # -- checkpoints ---------------------------------------------------------------------------
     def all_checkpoints(self) -> dict[TopicPartition, int]:
@@ -293,12 +299,111 @@ class LogCleanerManager:
                 for c in candidates
                 if (c.needs_compaction_now and c.cleanable_bytes > 0)
                 or c.cleanable_ratio > c.log.config.min_cleanable_dirty_ratio
+                or (c.tp in self._forced and c.cleanable_bytes > 0)
+                or self._horizons.get(c.tp, LONG_MAX) <= now_ms
             ]
             if not eligible:
                 return None
-            chosen = max(eligible, key=lambda c: c.cleanable_ratio)
+            # A compact-now request goes first; otherwise the dirtiest (Kafka's rule).
+            chosen = max(eligible, key=lambda c: (c.tp in self._forced, c.cleanable_ratio))
             self._states[chosen.tp] = _Entry(CleaningState.IN_PROGRESS)
             return chosen
+
+    def request_compaction(self, tp: TopicPartition) -> None:
+        """compact-now: clean ``tp`` at the next selection whatever its dirty ratio."""
+        with self._lock:
+            self._forced.add(tp)
+
+    @property
+    def compaction_requests(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._forced)
+
+    def record_round(
+        self,
+        tp: TopicPartition,
+        *,
+        end_offset: int,
+        first_uncleanable_offset: int,
+        next_delete_horizon_ms: int | None,
+    ) -> None:
+        """What a finished round means for later selections: a compact-now request is served
+        once the dirty range was covered; the earliest horizon still pending is remembered."""
+        with self._lock:
+            if end_offset >= first_uncleanable_offset:
+                self._forced.discard(tp)
+            if next_delete_horizon_ms is None:
+                self._horizons.pop(tp, None)
+            else:
+                self._horizons[tp] = next_delete_horizon_ms
+
+    def pending_delete_horizon(self, tp: TopicPartition) -> int | None:
+        with self._lock:
+            return self._horizons.get(tp)
+
+    # -- cleaner-driven retention --------------------------------------------------------------
+    def deletable_logs(self, logs: Sequence[Log]) -> list[Log]:
+        """Kafka ``deletableLogs``: compacted logs that are idle and cleanable, now IN_PROGRESS
+        so that no clean starts while their old segments are deleted. Pair with
+        :meth:`done_deleting`."""
+        with self._lock:
+            chosen = [
+                log
+                for log in logs
+                if log.config.compact
+                and not log.offline
+                and log.tp not in self._states
+                and log.tp not in self._uncleanable
+            ]
+            for log in chosen:
+                self._states[log.tp] = _Entry(CleaningState.IN_PROGRESS)
+            return chosen
+
+    def pause_cleaning_for_non_compacted(self, logs: Sequence[Log]) -> list[Log]:
+        """Kafka ``pauseCleaningForNonCompactedPartitions``: the retention thread's logs,
+        PAUSED so that a policy flip to compact cannot start a clean under it. Resume each."""
+        with self._lock:
+            chosen = [
+                log
+                for log in logs
+                if not log.config.compact and not log.offline and log.tp not in self._states
+            ]
+            for log in chosen:
+                self._states[log.tp] = _Entry(CleaningState.PAUSED, 1)
+            return chosen
+
+    def done_deleting(self, tps: Iterable[TopicPartition]) -> None:
+        """End of cleaner-driven retention: IN_PROGRESS → none; ABORTED → PAUSED(1)."""
+        with self._lock:
+            for tp in tps:
+                entry = self._states.get(tp)
+                if entry is None:
+                    raise AssertionError(f"{tp}: done_deleting without a deletion in progress")
+                if entry.state is CleaningState.IN_PROGRESS:
+                    del self._states[tp]
+                elif entry.state is CleaningState.ABORTED:
+                    entry.state, entry.paused = CleaningState.PAUSED, 1
+                    self._lock.notify_all()
+                else:
+                    raise AssertionError(f"{tp}: done_deleting in state {entry.state}")
+
+    def forget(self, tp: TopicPartition) -> None:
+        """A partition was deleted: drop its uncleanable mark, requests and horizon (its state
+        entry is balanced by whoever paused it)."""
+        with self._lock:
+            self._uncleanable.pop(tp, None)
+            self._forced.discard(tp)
+            self._horizons.pop(tp, None)
+
+    def maintain(self, live: Iterable[TopicPartition]) -> None:
+        """Kafka ``maintainUncleanablePartitions``: forget partitions that no longer exist."""
+        keep = set(live)
+        with self._lock:
+            for tp in [tp for tp in self._uncleanable if tp not in keep]:
+                del self._uncleanable[tp]
+            self._forced &= keep
+            for tp in [tp for tp in self._horizons if tp not in keep]:
+                del self._horizons[tp]
 
     # -- states --------------------------------------------------------------------------------
     def state(self, tp: TopicPartition) -> tuple[CleaningState | None, int]:

@@ -31,10 +31,12 @@ from storagecore.errors import LogDirOfflineError, OffsetOutOfRangeError, Record
 from storagecore.index import TimestampOffset
 from storagecore.loader import load_log
 from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
-from storagecore.records.batch import Record, iter_complete_batches
+from storagecore.records import layout
+from storagecore.records.batch import Record, RecordBatch, iter_complete_batches
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.segment import LogSegment, RollParams
+from storagecore.transactions import TransactionState
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +108,9 @@ class Log:
         self._closed = False
         self._pending_deletes: list[_PendingDelete] = []
         self.last_flush_ms = clock.milliseconds()
+        # Producer/transaction state derived from the log, extended as it grows; reset when
+        # segments are removed or replaced (see transaction_state()).
+        self._txn_state: TransactionState | None = None
         assert self._log_start_offset <= self.log_end_offset or self.size_bytes == 0, (
             f"{tp}: log start {log_start_offset} beyond log end {self.log_end_offset}"
         )
@@ -526,6 +531,30 @@ class Log:
         self.maybe_increment_log_start_offset(offset, "delete-records")
         return self._log_start_offset
 
+    # -- producers and transactions ---------------------------------------------------------
+    def transaction_state(self) -> TransactionState:
+        """Producer and transaction state of the whole log (a copy the caller may keep).
+
+        Derived by walking batch headers (:mod:`storagecore.transactions`); the walk continues
+        from where the last one stopped, and starts over after segments were removed or
+        replaced.
+        """
+        with self._lock, self._io(f"read producer state of {self.tp}"):
+            state = self._txn_state if self._txn_state is not None else TransactionState()
+            for segment in self._segments:
+                if segment.next_offset() <= state.next_offset:
+                    continue
+                state.extend(_header_batches(segment, state.next_offset))
+            self._txn_state = state
+            return state.copy()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest undecided transaction, else the high watermark."""
+        first_unstable = self.transaction_state().first_unstable_offset
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
     # -- retention -----------------------------------------------------------------------------
     def retention_view(self) -> list[SegmentView]:
         """The segments as retention sees them (sizes, offsets, largest timestamps)."""
@@ -585,6 +614,7 @@ class Log:
             )
             self._segments = survivors
             self._bases = [s.base_offset for s in survivors]
+            self._txn_state = None
             due_ms = self.clock.milliseconds() + self._config.file_delete_delay_ms
             for segment in doomed:
                 logger.info(
@@ -603,7 +633,7 @@ class Log:
 
     def replace_segments(
         self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
-    ) -> None:
+    ) -> bool:
         """Swap cleaned segments in for the segments they replace (Kafka ``replaceSegments``).
 
         The new segments are complete, flushed and named ``*.cleaned``; together they hold a
@@ -621,13 +651,26 @@ class Log:
         4. strip ``.swap`` from the new segments' names, then fsync the directory. Crash here:
            the loader strips the remaining ``.swap`` suffixes.
 
-        The active segment is never replaced (DESIGN invariant 2).
+        The active segment is never replaced (DESIGN invariant 2). Returns False, changing
+        nothing, when some old segment left the log meanwhile.
         """
         with self._lock, self._io(f"replace segments of {self.tp}"):
             new = sorted(new_segments, key=lambda s: s.base_offset)
             present = {id(s) for s in self._segments}
             olds = [s for s in old_segments if id(s) in present]
-            assert new and olds, f"{self.tp}: nothing to replace"
+            assert new, f"{self.tp}: nothing to replace with"
+            if len(olds) != len(old_segments):
+                # Some went meanwhile (retention or delete-records, KAFKA-7278). Kafka swaps in
+                # what remains, which can bring back records below the log start offset; here
+                # the cleaned copy is abandoned (the caller deletes it) and the next round redoes
+                # the work. Returns False.
+                logger.info(
+                    "%s: %d of %d segments to replace are gone; discarding the cleaned copy",
+                    self.tp,
+                    len(old_segments) - len(olds),
+                    len(old_segments),
+                )
+                return False
             assert self.active_segment not in olds, (
                 f"{self.tp}: the active segment is never replaced"
             )
@@ -647,6 +690,7 @@ class Log:
             kept = [s for s in self._segments if id(s) not in old_ids]
             self._segments = sorted(kept + new, key=lambda s: s.base_offset)
             self._bases = [s.base_offset for s in self._segments]
+            self._txn_state = None
             # 3. old segments -> .deleted, unlinked later.
             due_ms = self.clock.milliseconds() + self._config.file_delete_delay_ms
             for segment in olds:
@@ -664,6 +708,7 @@ class Log:
             )
             if self._config.file_delete_delay_ms == 0:
                 self._delete_expired_files(due_ms)
+            return True
 
     def delete_expired_files(self, *, force: bool = False) -> int:
         """Unlink ``.deleted`` segment files whose delay has passed (with ``force``: all of them,
@@ -705,3 +750,17 @@ class Log:
                 segment.close_handles()
             for pending in self._pending_deletes:
                 pending.segment.close_handles()
+
+
+def _header_batches(segment: LogSegment, from_offset: int) -> Iterator[RecordBatch]:
+    """Batches of ``segment`` from the one holding ``from_offset``: header-only views, except
+    control batches, which are read whole (their record says COMMIT or ABORT)."""
+    start = segment.translate_offset(from_offset) if from_offset > segment.base_offset else None
+    position = start.position if start is not None else 0
+    for header, view in segment.log.header_views(position):
+        if view[layout.ATTRIBUTES_OFFSET + 1] & layout.CONTROL_FLAG_MASK:
+            batch = RecordBatch(segment.log.read(header.position, header.size_bytes))
+            batch.validate()
+            yield batch
+        else:
+            yield RecordBatch(view)

@@ -25,8 +25,9 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from storagecore import durability, files
 from storagecore.checkpoints import OffsetCheckpointFile
@@ -46,6 +47,14 @@ from storagecore.retention import RetentionPlan
 logger = logging.getLogger(__name__)
 
 ConfigLookup = Callable[[str], LogConfig]
+
+
+class RetentionCoordinator(Protocol):
+    """What retention needs from the cleaner's manager (LogCleanerManager provides it)."""
+
+    def pause_cleaning_for_non_compacted(self, logs: Sequence[Log]) -> list[Log]: ...
+
+    def resume(self, tp: TopicPartition) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -347,22 +356,31 @@ class LogManager:
         return total
 
     # -- retention -----------------------------------------------------------------------------
-    def cleanup_logs(self) -> list[RetentionPlan]:
+    def cleanup_logs(self, cleaner: RetentionCoordinator | None = None) -> list[RetentionPlan]:
         """kafka-log-retention: apply retention to every online log; the plans carried out.
 
-        A log whose directory fails is skipped (it went offline); the others go on.
+        With a running cleaner (``cleaner``: its LogCleanerManager), only the non-compacted
+        logs are handled here, each paused for cleaning meanwhile; the cleaner thread does the
+        compacted ones between its cleans (Kafka's split). A log whose directory fails is
+        skipped (it went offline); the others go on.
         """
+        logs = [log for log in self.logs.values() if not log.offline]
+        if cleaner is not None:
+            logs = cleaner.pause_cleaning_for_non_compacted(logs)
         plans: list[RetentionPlan] = []
-        for log in self.logs.values():
-            if log.offline:
-                continue
-            try:
-                plan = log.delete_old_segments()
-            except LogDirOfflineError as exc:
-                logger.error("Retention skipped %s: %s", log.tp, exc)
-                continue
-            if plan.deletions:
-                plans.append(plan)
+        try:
+            for log in logs:
+                try:
+                    plan = log.delete_old_segments()
+                except LogDirOfflineError as exc:
+                    logger.error("Retention skipped %s: %s", log.tp, exc)
+                    continue
+                if plan.deletions:
+                    plans.append(plan)
+        finally:
+            if cleaner is not None:
+                for log in logs:
+                    cleaner.resume(log.tp)
         return plans
 
     # -- flush and checkpoints -----------------------------------------------------------------

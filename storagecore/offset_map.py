@@ -17,6 +17,7 @@ mapped, continuing in a later round.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import struct
 from typing import Final
@@ -113,7 +114,11 @@ class SkimpyOffsetMap:
         self.latest_offset = offset
 
     def clear(self) -> None:
-        self._table[:] = bytes(len(self._table))
+        # memset in place: slice assignment would allocate a second table-sized buffer.
+        if self.size:
+            ctypes.memset(
+                (ctypes.c_char * len(self._table)).from_buffer(self._table), 0, len(self._table)
+            )
         self.size = 0
         self.latest_offset = -1
         self.lookups = 0

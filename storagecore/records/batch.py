@@ -464,8 +464,10 @@ def build_batch(
     payload = b"".join(
         encode_record(
             offset_delta=delta,
+            # LogAppendTime records carry the batch time; Kafka encodes it against the base
+            # (0 unless a delete horizon took the base's place).
             timestamp_delta=(
-                0
+                first_timestamp - base_timestamp
                 if timestamp_type is TimestampType.LOG_APPEND_TIME
                 else record.timestamp - base_timestamp
             ),
@@ -538,6 +540,40 @@ def build_control_batch(
         is_transactional=True,
         is_control=True,
     )
+
+
+def build_empty_batch(batch: RecordBatch) -> bytes:
+    """What the cleaner keeps of a batch whose records all went but whose producer state must
+    survive (Kafka's ``writeEmptyHeader``): the 61-byte header alone, record count 0, no codec,
+    base timestamp -1, the original max timestamp, offsets, producer fields, flags and leader
+    epoch, and no delete-horizon flag."""
+    attributes = int(batch.timestamp_type) << 3
+    if batch.is_transactional:
+        attributes |= layout.TRANSACTIONAL_FLAG_MASK
+    if batch.is_control:
+        attributes |= layout.CONTROL_FLAG_MASK
+    buffer = bytearray(layout.RECORD_BATCH_OVERHEAD)
+    layout.BATCH_HEADER.pack_into(
+        buffer,
+        0,
+        batch.base_offset,
+        layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD,
+        batch.partition_leader_epoch,
+        layout.CURRENT_MAGIC,
+        0,
+        attributes,
+        batch.last_offset_delta,
+        layout.NO_TIMESTAMP,
+        batch.max_timestamp,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+        0,
+    )
+    _UINT32.pack_into(
+        buffer, layout.CRC_OFFSET, crc32c(memoryview(buffer)[layout.ATTRIBUTES_OFFSET :])
+    )
+    return bytes(buffer)
 
 
 def set_max_timestamp(

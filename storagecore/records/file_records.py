@@ -139,6 +139,25 @@ class FileRecords:
         zero-filled tail this way). Contents are not CRC-checked here; see :meth:`batches`.
         Reads in chunks that start small (a lookup usually needs one header) and double.
         """
+        for header, _chunk, _rel in self._walk_headers(start, end):
+            yield header
+
+    def header_views(
+        self, start: int = 0, end: int | None = None
+    ) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Like :meth:`batch_headers`, with a view of each batch's whole 61-byte v2 header
+        (for walks that need producer fields without reading the records)."""
+        for header, chunk, rel in self._walk_headers(start, end):
+            if header.size_bytes < layout.RECORD_BATCH_OVERHEAD:
+                raise CorruptRecordError(
+                    f"{self.path}: batch at position {header.position} is {header.size_bytes} "
+                    f"bytes, smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
+                )
+            yield header, memoryview(chunk)[rel : rel + layout.RECORD_BATCH_OVERHEAD]
+
+    def _walk_headers(
+        self, start: int, end: int | None
+    ) -> Iterator[tuple[BatchHeader, bytes, int]]:
         end = self.size_bytes if end is None else min(end, self.size_bytes)
         position = start
         chunk = b""
@@ -168,15 +187,15 @@ class FileRecords:
                 or len(chunk) - rel < layout.RECORD_BATCH_OVERHEAD
             ):
                 # Too short to hold a v2 header: report what we have; validation rejects it.
-                yield BatchHeader(
+                short = BatchHeader(
                     position, base_offset, base_offset, size, layout.NO_TIMESTAMP, magic
                 )
+                yield short, chunk, rel
             else:
                 (last_delta,) = _LENGTH.unpack_from(chunk, rel + layout.LAST_OFFSET_DELTA_OFFSET)
                 (max_ts,) = _TIMESTAMP.unpack_from(chunk, rel + layout.MAX_TIMESTAMP_OFFSET)
-                yield BatchHeader(
-                    position, base_offset, base_offset + last_delta, size, max_ts, magic
-                )
+                last = base_offset + last_delta
+                yield BatchHeader(position, base_offset, last, size, max_ts, magic), chunk, rel
             position += size
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, RecordBatch]]:

@@ -1,0 +1,319 @@
+"""The cleaner threads of a LogManager (Kafka's ``LogCleaner``).
+
+``log.cleaner.threads`` threads, each with its own offset map (the dedupe buffer split between
+them) and one throttler shared by all. One iteration of a thread (Kafka's ``doWork``):
+
+1. pick the filthiest compacted log (:meth:`LogCleanerManager.grab_filthiest_log`) and clean it
+   for one round; 2. run retention for the compacted logs (``compact,delete`` and log start
+   offset breaches); 3. forget partitions that no longer exist; 4. sleep
+   ``log.cleaner.backoff.ms`` if nothing was cleaned.
+
+A cleaner never dies silently (KAFKA-7215, KAFKA-8725): an exception while cleaning one log
+marks that partition uncleanable, with the exception as its visible reason, and the thread goes
+on with the others; an ``OSError`` takes the log's directory offline instead; an abort (pause,
+partition deletion, shutdown) is the normal way out of a clean. Anything that still escapes an
+iteration is logged and counted in :attr:`LogCleaner.thread_errors`, and the thread continues.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Sequence
+
+from storagecore.cleaner import Cleaner, CleanerConfig, CleanerStats, CleanRequest, Throttler
+from storagecore.cleaner_manager import (
+    CleaningAbortedError,
+    LogCleanerManager,
+    LogToClean,
+    cleanable_offsets,
+    log_to_clean,
+)
+from storagecore.clock import Clock
+from storagecore.config import TopicPartition
+from storagecore.errors import LogDirOfflineError
+from storagecore.log import Log
+from storagecore.log_manager import LogManager
+from storagecore.retention import RetentionPlan
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CleanerGauges:
+    """Kafka's LogCleaner/LogCleanerManager gauges, as data for the worker's metrics."""
+
+    max_dirty_percent: float
+    time_since_last_run_ms: int
+    max_compaction_delay_ms: int
+    max_buffer_utilization_percent: float
+    cleaner_recopy_percent: float
+    max_clean_time_seconds: float
+    dead_thread_count: int
+    uncleanable_partitions: dict[str, int]
+    """Per log directory."""
+    uncleanable_bytes: dict[str, int]
+
+
+@dataclasses.dataclass(slots=True)
+class _ThreadState:
+    cleaner: Cleaner
+    thread: threading.Thread | None = None
+    busy_with: TopicPartition | None = None
+    last_stats: CleanerStats | None = None
+
+
+class LogCleaner:
+    def __init__(
+        self,
+        log_manager: LogManager,
+        config: CleanerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.log_manager = log_manager
+        self.config = config or CleanerConfig()
+        self.clock = clock or log_manager.clock
+        self.manager = LogCleanerManager(log_manager.log_dirs)
+        self.throttler = Throttler(self.config.io_max_bytes_per_second)
+        self._stop = threading.Event()
+        self._threads = [
+            _ThreadState(
+                Cleaner(
+                    i, config=self.config, throttler=self.throttler, check_done=self._check_done
+                )
+            )
+            for i in range(self.config.threads)
+        ]
+        self._lock = threading.Lock()
+        self.last_stats: dict[TopicPartition, CleanerStats] = {}
+        self.last_clean_ms: dict[TopicPartition, int] = {}
+        self.rounds_total = 0
+        self.thread_errors = 0
+        self.last_error: str | None = None
+
+    # -- one iteration -------------------------------------------------------------------------
+    def _online_logs(self) -> list[Log]:
+        return [log for log in self.log_manager.logs.values() if not log.offline]
+
+    def clean_filthiest(self, thread_id: int = 0) -> CleanerStats | None:
+        """Select the filthiest log and clean it for one round; None when nothing qualified,
+        the clean was aborted, or it failed (the log is then uncleanable, with the reason)."""
+        now = self.clock.milliseconds()
+        logs = self._online_logs()
+        try:
+            chosen = self.manager.grab_filthiest_log(logs, now)
+        except Exception as exc:
+            logger.exception("Cleaner %d: selecting a log to clean failed", thread_id)
+            self._record_error(f"selection failed: {type(exc).__name__}: {exc}")
+            return None
+        if chosen is None:
+            return None
+        return self._clean(self._threads[thread_id], chosen, now)
+
+    def clean_log(self, tp: TopicPartition) -> CleanerStats | None:
+        """One round over ``tp`` now, regardless of its dirty ratio (``logkeeper clean`` and
+        compact-now). None when it is busy, paused, uncleanable or has nothing to clean."""
+        self.manager.request_compaction(tp)
+        log = self.log_manager.find_log(tp)
+        if log is None or log.offline:
+            return None
+        now = self.clock.milliseconds()
+        chosen = self.manager.grab_filthiest_log([log], now)
+        if chosen is None:
+            return None
+        return self._clean(self._threads[0], chosen, now)
+
+    def _clean(self, state: _ThreadState, to_clean: LogToClean, now: int) -> CleanerStats | None:
+        log, tp = to_clean.log, to_clean.tp
+        cleaner = state.cleaner
+        end_offset: int | None = None
+        state.busy_with = tp
+        try:
+            stats = cleaner.clean(
+                CleanRequest(log, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset),
+                now,
+            )
+            end_offset = stats.end_offset
+            self.manager.record_round(
+                tp,
+                end_offset=stats.end_offset,
+                first_uncleanable_offset=to_clean.first_uncleanable_offset,
+                next_delete_horizon_ms=stats.next_delete_horizon_ms,
+            )
+            logger.info("%s", stats.stats_line(cleaner.thread_id))
+            if to_clean.needs_compaction_now:
+                pre = self.manager.last_pre_clean_stats
+                logger.info(
+                    "\tCleanable partitions: %d, Delayed partitions: %d, max delay: %d",
+                    pre.cleanable_partitions,
+                    pre.delayed_partitions,
+                    pre.max_compaction_delay_ms,
+                )
+            if stats.invalid_messages:
+                logger.warning(
+                    "Found %d invalid messages during compaction of %s.",
+                    stats.invalid_messages,
+                    tp,
+                )
+            with self._lock:
+                state.last_stats = stats
+                self.last_stats[tp] = stats
+                self.last_clean_ms[tp] = self.clock.milliseconds()
+                self.rounds_total += 1
+            return stats
+        except CleaningAbortedError:
+            logger.info("Cleaning of %s was aborted", tp)
+            return None
+        except LogDirOfflineError as exc:
+            logger.error("Cleaning of %s stopped: %s", tp, exc)
+            return None
+        except OSError as exc:
+            logger.error("Cleaning of %s failed with an I/O error: %s", tp, exc)
+            self.log_manager.handle_io_error(log.parent_dir, exc)
+            return None
+        except Exception as exc:
+            logger.exception("Cleaning of %s failed; marking it uncleanable", tp)
+            self.manager.mark_uncleanable(tp, f"{type(exc).__name__}: {exc}")
+            return None
+        finally:
+            state.busy_with = None
+            live = [
+                lg.tp for lg in self.log_manager.logs.values() if lg.parent_dir == log.parent_dir
+            ]
+            try:
+                self.manager.done_cleaning(tp, log.parent_dir, live, end_offset)
+            except OSError as exc:
+                logger.error("Cannot write the cleaner checkpoint of %s: %s", log.parent_dir, exc)
+                self.log_manager.handle_io_error(log.parent_dir, exc)
+
+    def delete_old_segments_of_compacted_logs(self) -> list[RetentionPlan]:
+        """Retention for compacted logs, done by the cleaner so that it never runs under a
+        clean of the same log (Kafka's cleaner thread does the same)."""
+        logs = self.manager.deletable_logs(self._online_logs())
+        plans: list[RetentionPlan] = []
+        try:
+            for log in logs:
+                try:
+                    plan = log.delete_old_segments()
+                except LogDirOfflineError as exc:
+                    logger.error("Retention skipped %s: %s", log.tp, exc)
+                    continue
+                except Exception as exc:
+                    logger.exception("Retention of %s failed; marking it uncleanable", log.tp)
+                    self.manager.mark_uncleanable(
+                        log.tp, f"retention failed: {type(exc).__name__}: {exc}"
+                    )
+                    continue
+                if plan.deletions:
+                    plans.append(plan)
+        finally:
+            self.manager.done_deleting([log.tp for log in logs])
+        return plans
+
+    def do_work(self, thread_id: int = 0) -> bool:
+        """One iteration of a cleaner thread; True when a log was cleaned."""
+        stats = self.clean_filthiest(thread_id)
+        self.delete_old_segments_of_compacted_logs()
+        self.manager.maintain(self.log_manager.logs.keys())
+        return stats is not None
+
+    def clean_until_done(self, tps: Sequence[TopicPartition] | None = None) -> list[CleanerStats]:
+        """Rounds until no compacted log (of ``tps``, default all) has anything cleanable:
+        every dirty range is covered whatever the dirty ratio (``logkeeper clean``)."""
+        logs = [
+            log
+            for log in self._online_logs()
+            if log.config.compact and (tps is None or log.tp in tps)
+        ]
+        for log in logs:
+            self.manager.request_compaction(log.tp)
+        done: list[CleanerStats] = []
+        while True:
+            stats = self.clean_filthiest()
+            if stats is None:
+                break
+            done.append(stats)
+        return done
+
+    # -- threads -------------------------------------------------------------------------------
+    def _check_done(self, tp: TopicPartition) -> None:
+        if self._stop.is_set():
+            raise CleaningAbortedError(f"{tp}: the cleaner is shutting down")
+        self.manager.check_aborted(tp)
+
+    def _record_error(self, message: str) -> None:
+        with self._lock:
+            self.thread_errors += 1
+            self.last_error = message
+
+    def _run(self, thread_id: int) -> None:
+        backoff_s = self.config.backoff_ms / 1000
+        while not self._stop.is_set():
+            try:
+                cleaned = self.do_work(thread_id)
+            except Exception as exc:
+                logger.exception("Cleaner %d: iteration failed", thread_id)
+                self._record_error(f"{type(exc).__name__}: {exc}")
+                cleaned = False
+            if not cleaned:
+                self._stop.wait(backoff_s)
+
+    def start(self) -> None:
+        for thread_id, state in enumerate(self._threads):
+            if state.thread is None or not state.thread.is_alive():
+                state.thread = threading.Thread(
+                    target=self._run,
+                    args=(thread_id,),
+                    name=f"logkeeper-cleaner-{thread_id}",
+                    daemon=True,
+                )
+                state.thread.start()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop the threads: a running clean aborts at its next check and leaves no files."""
+        self._stop.set()
+        for state in self._threads:
+            if state.thread is not None:
+                state.thread.join(timeout_s)
+
+    @property
+    def alive_threads(self) -> int:
+        return sum(1 for s in self._threads if s.thread is not None and s.thread.is_alive())
+
+    # -- gauges --------------------------------------------------------------------------------
+    def gauges(self) -> CleanerGauges:
+        now = self.clock.milliseconds()
+        with self._lock:
+            last = [s.last_stats for s in self._threads if s.last_stats is not None]
+        pre = self.manager.last_pre_clean_stats
+        uncleanable = self.manager.uncleanable
+        partitions: dict[str, int] = {str(d): 0 for d in self.log_manager.log_dirs}
+        nbytes: dict[str, int] = {str(d): 0 for d in self.log_manager.log_dirs}
+        checkpoints = self.manager.all_checkpoints()
+        for tp in uncleanable:
+            log = self.log_manager.find_log(tp)
+            if log is None or log.offline:
+                continue
+            key = str(log.parent_dir)
+            partitions[key] = partitions.get(key, 0) + 1
+            offsets = cleanable_offsets(log, checkpoints.get(tp), now)
+            nbytes[key] = nbytes.get(key, 0) + log_to_clean(log, offsets, now).cleanable_bytes
+        started = self._threads[0].thread is not None
+        return CleanerGauges(
+            max_dirty_percent=pre.max_dirty_percent,
+            time_since_last_run_ms=(
+                now - self.manager.time_of_last_run_ms if self.manager.time_of_last_run_ms else 0
+            ),
+            max_compaction_delay_ms=pre.max_compaction_delay_ms,
+            max_buffer_utilization_percent=100
+            * max((s.buffer_utilization for s in last), default=0.0),
+            cleaner_recopy_percent=100
+            * sum(s.bytes_written for s in last)
+            / max(sum(s.bytes_read for s in last), 1),
+            max_clean_time_seconds=max((s.elapsed_s for s in last), default=0.0),
+            dead_thread_count=(len(self._threads) - self.alive_threads) if started else 0,
+            uncleanable_partitions=partitions,
+            uncleanable_bytes=nbytes,
+        )

@@ -1,0 +1,122 @@
+"""Producer and transaction state of a log, derived from its batch headers.
+
+Kafka keeps this state in memory (``ProducerStateManager``), snapshots it to ``.snapshot`` files
+and records every aborted transaction in the ``.txnindex`` of the segment holding its marker.
+Here it is derived from the log itself, which holds the same facts: a producer's transactional
+data batches open its transaction, its next COMMIT or ABORT marker closes it. One header walk
+gives what the cleaner and the cleanable range need:
+
+* the **aborted transactions** (producer, first offset, marker offset), Kafka's ``AbortedTxn``;
+* the **open transactions**, whose first offset bounds the last stable offset: nothing at or
+  after it may be cleaned until the transaction is decided;
+* each producer's **last batch** (last data offset, epoch, last timestamp), which the cleaner
+  keeps, possibly empty, so that the producer's sequence state survives compaction.
+
+The walk reads headers only (plus the one record of each control batch) and is incremental:
+:meth:`TransactionState.extend` continues from where the previous walk stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from storagecore.errors import CorruptRecordError
+from storagecore.records import layout
+from storagecore.records.batch import ControlType, RecordBatch
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class AbortedTxn:
+    """A decided-aborted transaction: its data lies in ``[first_offset, last_offset)`` and its
+    ABORT marker at ``last_offset`` (Kafka's ``AbortedTxn`` without the LSO field)."""
+
+    first_offset: int
+    last_offset: int
+    producer_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerLastBatch:
+    """What Kafka's ``lastRecordsOfActiveProducers`` returns for one producer."""
+
+    last_data_offset: int | None
+    """Last offset of the producer's last data batch; None if it only wrote markers."""
+    producer_epoch: int
+    last_timestamp: int
+
+
+@dataclasses.dataclass(slots=True)
+class TransactionState:
+    aborted: list[AbortedTxn] = dataclasses.field(default_factory=list)
+    open_first_offsets: dict[int, int] = dataclasses.field(default_factory=dict)
+    producers: dict[int, ProducerLastBatch] = dataclasses.field(default_factory=dict)
+    next_offset: int = 0
+    """Offset after the last batch walked (where :meth:`extend` continues)."""
+
+    def copy(self) -> TransactionState:
+        return TransactionState(
+            list(self.aborted),
+            dict(self.open_first_offsets),
+            dict(self.producers),
+            self.next_offset,
+        )
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest undecided transaction, None when all are decided."""
+        return min(self.open_first_offsets.values(), default=None)
+
+    def active_producers(self, now_ms: int, expiration_ms: int) -> dict[int, ProducerLastBatch]:
+        """Producers not expired by ``producer.id.expiration.ms`` (a producer with an open
+        transaction never expires)."""
+        return {
+            pid: last
+            for pid, last in self.producers.items()
+            if pid in self.open_first_offsets or last.last_timestamp >= now_ms - expiration_ms
+        }
+
+    def extend(self, batches: Iterable[RecordBatch]) -> None:
+        """Walk further batches, in offset order, from :attr:`next_offset` on."""
+        for batch in batches:
+            if batch.last_offset < self.next_offset:
+                continue
+            self.next_offset = batch.next_offset
+            pid = batch.producer_id
+            if pid == layout.NO_PRODUCER_ID:
+                continue
+            previous = self.producers.get(pid)
+            if batch.is_control:
+                control_type = control_type_of(batch)
+                if control_type in (ControlType.ABORT, ControlType.COMMIT):
+                    first = self.open_first_offsets.pop(pid, None)
+                    if first is not None and control_type is ControlType.ABORT:
+                        self.aborted.append(AbortedTxn(first, batch.last_offset, pid))
+                self.producers[pid] = ProducerLastBatch(
+                    previous.last_data_offset if previous is not None else None,
+                    batch.producer_epoch,
+                    batch.max_timestamp,
+                )
+            else:
+                if batch.is_transactional and pid not in self.open_first_offsets:
+                    self.open_first_offsets[pid] = batch.base_offset
+                self.producers[pid] = ProducerLastBatch(
+                    batch.last_offset, batch.producer_epoch, batch.max_timestamp
+                )
+
+
+def control_type_of(batch: RecordBatch) -> ControlType | None:
+    """The type of a control batch's marker, or None for an emptied control batch."""
+    if batch.records_count == 0:
+        return None
+    records = batch.records()
+    key = records[0].key
+    if key is None or len(key) < layout.CONTROL_RECORD_KEY.size:
+        raise CorruptRecordError(
+            f"control batch at offset {batch.base_offset} has no valid control record key"
+        )
+    _version, type_id = layout.CONTROL_RECORD_KEY.unpack_from(key, 0)
+    try:
+        return ControlType(type_id)
+    except ValueError:
+        return ControlType.UNKNOWN
