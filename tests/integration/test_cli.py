@@ -36,7 +36,7 @@ def jsonl(*objects: object) -> str:
 
 def test_help_lists_every_subcommand() -> None:
     out = run("--help").stdout
-    for command in ("produce", "consume", "dump-log", "verify", "demo"):
+    for command in ("produce", "consume", "dump-log", "verify", "retention", "clean", "demo"):
         assert command in out
 
 
@@ -268,3 +268,60 @@ def test_retention_dry_run_then_apply(tmp_path: Path) -> None:
     assert not any(name.endswith(".deleted") for name in remaining)
     consumed = run("consume", "--dir", str(data), "--topic", "t").stdout.splitlines()
     assert json.loads(consumed[0])["offset"] == report[0]["log_start_offset_after"]
+
+
+def test_clean_compacts_until_nothing_is_cleanable(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(
+        "apiVersion: logkeeper.io/v1alpha1\nkind: Topic\nmetadata: {name: c}\n"
+        "spec: {config: {cleanup.policy: compact, segment.bytes: 600}}\n"
+        "---\napiVersion: logkeeper.io/v1alpha1\nkind: Topic\nmetadata: {name: d}\n"
+        "spec: {config: {segment.bytes: 600}}\n"
+    )
+    lines = jsonl(*({"key": f"k{i % 5}", "value": f"v{i}"} for i in range(60)))
+    for topic in ("c", "d"):
+        run(
+            "produce", "--dir", str(data), "--topic", topic, "--topics", str(topics),
+            "--batch-records", "1", stdin=lines,
+        )  # fmt: skip
+    out = run("clean", "--dir", str(data), "--topics", str(topics)).stdout
+    assert "Log cleaner thread 0 cleaned log c-0 (dirty section = [0," in out
+    assert "size reduction" in out and "over 1 compacted partition(s)" in out
+    consumed = [
+        json.loads(line)
+        for line in run("consume", "--dir", str(data), "--topic", "c").stdout.splitlines()
+    ]
+    active_base = max(int(p.stem) for p in (data / "c-0").glob("*.log"))
+    cleaned = [r for r in consumed if r["offset"] < active_base]
+    assert len({r["key"] for r in cleaned}) == len(cleaned), "one record per key below the head"
+    assert len(run("consume", "--dir", str(data), "--topic", "d").stdout.splitlines()) == 60
+    again = json.loads(run("clean", "--dir", str(data), "--topics", str(topics), "--json").stdout)
+    assert again == {"rounds": [], "uncleanable": {}}
+    checkpoint = (data / "cleaner-offset-checkpoint").read_text().split("\n")
+    assert checkpoint[:2] == ["0", "1"] and checkpoint[2] == f"c 0 {active_base}"
+
+
+def test_clean_reports_a_corrupt_partition(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    topics = tmp_path / "topics.yaml"
+    topics.write_text(
+        "apiVersion: logkeeper.io/v1alpha1\nkind: Topic\nmetadata: {name: c}\n"
+        "spec: {config: {cleanup.policy: compact, segment.bytes: 600}}\n"
+    )
+    lines = jsonl(*({"key": f"k{i % 5}", "value": f"v{i}"} for i in range(60)))
+    run(
+        "produce", "--dir", str(data), "--topic", "c", "--topics", str(topics),
+        "--batch-records", "1", stdin=lines,
+    )  # fmt: skip
+    first = data / "c-0" / "00000000000000000000.log"
+    raw = bytearray(first.read_bytes())
+    raw[70] ^= 0xFF
+    first.write_bytes(bytes(raw))
+    result = run("clean", "--dir", str(data), "--topics", str(topics), check=False)
+    assert result.returncode == 1
+    assert "c-0: UNCLEANABLE: CorruptRecordError" in result.stdout
+    assert "00000000000000000000.log at position 0" in result.stdout
+    assert first.read_bytes() == bytes(raw), "nothing rewritten from a corrupt segment"
+    bad = run("clean", "--dir", str(data), "--topics", str(topics), "--topic", "nope", check=False)
+    assert bad.returncode == 2 and "--topic nope: not declared" in bad.stderr

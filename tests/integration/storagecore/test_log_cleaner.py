@@ -114,7 +114,10 @@ def test_pause_aborts_a_running_clean(tmp_path: Path, clock: ManualClock) -> Non
         before = [(r.offset, r.value) for r in log.records()]
         # ~100 KB to read at 20 KB/s: the clean is still running when the pause comes
         cleaner = LogCleaner(
-            manager, CleanerConfig(dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000)
+            manager,
+            CleanerConfig(
+                dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000, backoff_ms=20
+            ),
         )
         cleaner.start()
         try:
@@ -138,7 +141,10 @@ def test_shutdown_during_a_clean_leaves_no_partial_files(
         log = manager.get_log(tp)
         before = [(r.offset, r.value) for r in log.records()]
         cleaner = LogCleaner(
-            manager, CleanerConfig(dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000)
+            manager,
+            CleanerConfig(
+                dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000, backoff_ms=20
+            ),
         )
         cleaner.start()
         wait_for(lambda: cleaner.manager.state(tp)[0] is CleaningState.IN_PROGRESS)
