@@ -602,7 +602,6 @@ class Cleaner:
             suffix=files.CLEANED_SUFFIX,
         )
         output = _Output(cleaned, config.index_interval_bytes, self._throttle)
-        swapped = False
         try:
             horizon = now_ms + config.delete_retention_ms
             for segment in group:
@@ -617,10 +616,13 @@ class Cleaner:
             mtime = group[-1].log.mtime_ms() / 1000
             os.utime(cleaned.log.path, (mtime, mtime))
             self.check_done(log.tp)
-            swapped = log.replace_segments([cleaned], group)
-        finally:
-            if not swapped:
-                cleaned.delete_files()
+        except BaseException:
+            cleaned.delete_files()  # still .cleaned: nothing else refers to them
+            raise
+        # From here the files belong to the swap protocol: if it fails midway its renames are
+        # completed or rolled back by the loader; deleting them here could lose the data.
+        if not log.replace_segments([cleaned], group):
+            cleaned.delete_files()
         stats.bytes_written += output.bytes_written
         stats.segments_replaced += len(group)
         return cleaned

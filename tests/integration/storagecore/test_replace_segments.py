@@ -132,3 +132,62 @@ def test_replacements_must_be_cleaned_files_inside_the_old_range(
     outside = cleaned_copy(directory, [log.segments[2]], files.CLEANED_SUFFIX, close=False)
     with pytest.raises(AssertionError, match="outside"):
         log.replace_segments(outside, olds)
+
+
+def _compacted_log(directory: Path, clock: ManualClock) -> Log:
+    config = LogConfig(
+        cleanup_policy=("compact",),
+        segment_bytes=600,
+        index_interval_bytes=64,
+        segment_index_bytes=4096,
+        file_delete_delay_ms=1000,
+    )
+    log = Log.open(directory, config, clock)
+    for i in range(60):
+        log.append(batch(1, value_size=20, start_ms=START_MS + i, key_prefix=f"k{i % 4}"))
+    log.roll()
+    log.flush()
+    return log
+
+
+def test_a_real_clean_crashing_before_any_rename_reads_as_before_or_after(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cleaner's own output (several groups, each swapped in turn), crashed at every
+    rename: after reload each group reads as all old or all new, so the log is a valid state
+    between "before" and "after" and the latest record of every key is there."""
+    from storagecore.cleaner import Cleaner, CleanRequest
+    from storagecore.offset_map import SkimpyOffsetMap
+
+    def clean(log: Log) -> None:
+        end = log.active_segment.base_offset
+        Cleaner(offset_map=SkimpyOffsetMap(2400)).clean(CleanRequest(log, 0, end))
+
+    counter = CrashingRename()
+    log = _compacted_log(tmp_path / "count-0", clock)
+    original = [(r.offset, r.key, r.value) for r in log.records()]
+    with monkeypatch.context() as patch:
+        patch.setattr(durability, "rename", counter)
+        clean(log)
+    after = [(r.offset, r.key, r.value) for r in log.records()]
+    total = counter.calls
+    assert total >= 9 and after != original
+    latest = {key: (offset, key, value) for offset, key, value in original}
+    outcomes = set()
+    for crash_at in range(total + 1):
+        directory = tmp_path / f"t{crash_at}-0"
+        log = _compacted_log(directory, clock)
+        with monkeypatch.context() as patch, contextlib.suppress(Crash):
+            patch.setattr(durability, "rename", CrashingRename(crash_at))
+            clean(log)
+        log.close_handles()
+        reloaded = Log.open(directory, log.config, clock, had_clean_shutdown=False)
+        got = [(r.offset, r.key, r.value) for r in reloaded.records()]
+        assert set(got) <= set(original), f"crash before rename {crash_at}: invented records"
+        assert set(latest.values()) <= set(got), f"crash before rename {crash_at}: lost latest"
+        assert set(after) <= set(got)
+        outcomes.add("old" if got == original else "new" if got == after else "partway")
+        assert not any(n.endswith((".cleaned", ".swap", ".deleted")) for n in names(directory))
+        reloaded.close()
+        assert verify_log_dir(directory).ok, crash_at
+    assert {"old", "new"} <= outcomes
