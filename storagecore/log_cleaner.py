@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from storagecore.cleaner import Cleaner, CleanerConfig, CleanerStats, CleanRequest, Throttler
 from storagecore.cleaner_manager import (
@@ -211,6 +212,22 @@ class LogCleaner:
         finally:
             self.manager.done_deleting([log.tp for log in logs])
         return plans
+
+    def delete_log(self, tp: TopicPartition, timeout_s: float | None = 60.0) -> Path:
+        """Partition deletion that cooperates with the cleaner (Kafka: ``abortCleaning`` and
+        removal from ``cleaner-offset-checkpoint``): a running clean of ``tp`` is aborted and
+        waited for (its ``.cleaned`` files removed) before the directory is renamed away."""
+        log = self.log_manager.get_log(tp)
+        parent = log.parent_dir
+        self.manager.abort_and_pause(tp, timeout_s)
+        try:
+            target = self.log_manager.delete_log(tp)
+            live = [lg.tp for lg in self.log_manager.logs.values() if lg.parent_dir == parent]
+            self.manager.update_checkpoint(parent, live, remove=tp)
+        finally:
+            self.manager.resume(tp)
+            self.manager.forget(tp)
+        return target
 
     def do_work(self, thread_id: int = 0) -> bool:
         """One iteration of a cleaner thread; True when a log was cleaned."""

@@ -239,3 +239,26 @@ def test_tombstones_are_removed_once_their_horizon_passes_without_new_writes(
         assert b"k0" not in {r.key for r in log.records()}
         assert cleaner.manager.pending_delete_horizon(tp) is None
         assert cleaner.clean_filthiest() is None
+
+
+def test_deleting_a_partition_aborts_its_clean_first(tmp_path: Path, clock: ManualClock) -> None:
+    with LogManager([tmp_path], default_config=COMPACT, clock=clock) as manager:
+        tp, other = fill(manager, "doomed", records=600), fill(manager, "kept")
+        cleaner = LogCleaner(
+            manager,
+            CleanerConfig(
+                dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000, backoff_ms=20
+            ),
+        )
+        cleaner.manager.update_checkpoint(tmp_path, [tp, other], update=(other, 0))
+        cleaner.start()
+        try:
+            wait_for(lambda: cleaner.manager.state(tp)[0] is CleaningState.IN_PROGRESS)
+            target = cleaner.delete_log(tp, timeout_s=20)
+        finally:
+            cleaner.shutdown()
+        assert cleaner.manager.state(tp) == (None, 0)
+        assert manager.find_log(tp) is None
+        assert not [p for p in target.iterdir() if p.suffix in (".cleaned", ".swap")]
+        checkpoint = OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").read()
+        assert tp not in checkpoint
