@@ -21,6 +21,8 @@ from storagecore import (
     build_batch,
     parse_topic_manifests,
 )
+from storagecore.cleaner import CleanerConfig
+from storagecore.log_cleaner import LogCleaner
 from storagecore.partitioner import partition_for_key
 from storagecore.verify import verify_log_dir
 
@@ -130,6 +132,16 @@ def run_demo(directory: Path, *, records: int = 20_000) -> int:
                 f"({plan.deleted_bytes} bytes, {', '.join(rules)}); log start offset "
                 f"{plan.log_start_offset_before} -> {plan.log_start_offset_after}"
             )
+        # Compaction, as the worker's cleaner threads run it (here: until nothing is dirty).
+        cleaner = LogCleaner(manager, CleanerConfig(dedupe_buffer_size=8 << 20))
+        for stats in cleaner.clean_until_done():
+            print(
+                f"compaction {stats.topic_partition}: dirty section [{stats.first_dirty_offset}, "
+                f"{stats.end_offset}): {stats.messages_read} -> {stats.messages_written} "
+                f"records, {100 * stats.size_reduction:.1f}% smaller"
+            )
+        for tp, reason in cleaner.manager.uncleanable.items():
+            print(f"compaction {tp}: UNCLEANABLE: {reason}")
         manager.delete_expired_segment_files()
         # What the worker's periodic tasks do: flush, then checkpoint recovery points and
         # log start offsets.
