@@ -134,7 +134,10 @@ def run_demo(directory: Path, *, records: int = 20_000) -> int:
             )
         # Compaction, as the worker's cleaner threads run it (here: until nothing is dirty).
         cleaner = LogCleaner(manager, CleanerConfig(dedupe_buffer_size=8 << 20))
-        for stats in cleaner.clean_until_done():
+        rounds = cleaner.clean_until_done()
+        if not rounds:
+            print("compaction: nothing cleanable yet (the active segment is never cleaned)")
+        for stats in rounds:
             print(
                 f"compaction {stats.topic_partition}: dirty section [{stats.first_dirty_offset}, "
                 f"{stats.end_offset}): {stats.messages_read} -> {stats.messages_written} "

@@ -220,9 +220,10 @@ def test_locked_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_demo_runs_and_verifies(tmp_path: Path) -> None:
-    out = run("demo", "--dir", str(tmp_path / "demo"), "--records", "3000").stdout
-    assert "Read back 3000 records (all of them)." in out
+    out = run("demo", "--dir", str(tmp_path / "demo"), "--records", "20000").stdout
+    assert "Read back 20000 records (all of them)." in out
     assert "verify: OK" in out
+    assert "compaction audit.events-0: dirty section [0," in out and "UNCLEANABLE" not in out
     assert "torn tail cut" in out
     refused = run("demo", "--dir", str(ROOT / "storagecore"), check=False)
     assert refused.returncode != 0 and "was not made by the demo" in refused.stderr
