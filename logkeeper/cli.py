@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    def dir_and_topics_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--dir", required=True, type=Path, help="log directory")
+        p.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
+
     def topic_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--dir", required=True, type=Path, help="log directory (created if absent)")
         p.add_argument("--topic", required=True, help="topic name")
@@ -129,8 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
             "removed before it exits."
         ),
     )
-    p.add_argument("--dir", required=True, type=Path, help="log directory")
-    p.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
+    dir_and_topics_args(p)
     p.add_argument(
         "--dry-run", action="store_true", help="only print what would be deleted and why"
     )
@@ -148,8 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
             "round (or JSON stats) and updates cleaner-offset-checkpoint."
         ),
     )
-    p.add_argument("--dir", required=True, type=Path, help="log directory")
-    p.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
+    dir_and_topics_args(p)
     p.add_argument("--topic", action="append", help="only this topic (repeatable)")
     p.add_argument(
         "--now-ms", type=int, help="clean as of this epoch-ms time (horizons, compaction lags)"
@@ -399,19 +401,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def cmd_retention(args: argparse.Namespace) -> int:
-    from storagecore import LogManager, ManualClock, SystemClock
+def _log_dir_topics(args: argparse.Namespace) -> dict[str, Any]:
+    """``--dir`` checked to exist, and the Topic manifests of ``--topics`` (none without it)."""
     from storagecore.config import parse_topic_manifests
+    from storagecore.errors import ConfigError
 
     if not args.dir.is_dir():
-        from storagecore.errors import ConfigError
-
         raise ConfigError(f"--dir {args.dir} is not a directory")
-    topics = {}
-    if args.topics is not None:
-        topics = parse_topic_manifests(
-            args.topics.read_text(encoding="utf-8"), source=str(args.topics)
-        )
+    if args.topics is None:
+        return {}
+    return parse_topic_manifests(args.topics.read_text(encoding="utf-8"), source=str(args.topics))
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    from storagecore import LogManager, ManualClock, SystemClock
+
+    topics = _log_dir_topics(args)
     now_ms = SystemClock().milliseconds() if args.now_ms is None else args.now_ms
     clock = ManualClock(now_ms)
     with LogManager(
@@ -450,17 +455,10 @@ def cmd_retention(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from storagecore import LogManager, ManualClock, SystemClock
     from storagecore.cleaner import CleanerConfig
-    from storagecore.config import parse_topic_manifests
     from storagecore.errors import ConfigError
     from storagecore.log_cleaner import LogCleaner
 
-    if not args.dir.is_dir():
-        raise ConfigError(f"--dir {args.dir} is not a directory")
-    topics = {}
-    if args.topics is not None:
-        topics = parse_topic_manifests(
-            args.topics.read_text(encoding="utf-8"), source=str(args.topics)
-        )
+    topics = _log_dir_topics(args)
     unknown = sorted(set(args.topic or ()) - set(topics))
     if unknown:
         raise ConfigError(f"--topic {', '.join(unknown)}: not declared in --topics")

@@ -30,6 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 from storagecore import files
@@ -40,12 +41,10 @@ from storagecore.offset_map import SkimpyOffsetMap, key_digest
 from storagecore.records import layout
 from storagecore.records.batch import (
     ControlType,
-    NewRecord,
     Record,
     RecordBatch,
-    TimestampType,
-    build_batch,
     build_empty_batch,
+    rebuild_batch,
 )
 from storagecore.records.layout import INT32_MAX
 from storagecore.segment import LogSegment
@@ -680,7 +679,9 @@ class Cleaner:
             stats.messages_written += len(kept)
             stats.batches_copied_verbatim += 1
             return
-        rebuilt = _rebuild(batch, kept, horizon_ms if set_horizon else batch.delete_horizon_ms)
+        rebuilt = rebuild_batch(
+            batch, kept, delete_horizon_ms=horizon_ms if set_horizon else batch.delete_horizon_ms
+        )
         output.add(rebuilt, batch.last_offset, RecordBatch(rebuilt).max_timestamp)
         stats.messages_written += len(kept)
         stats.batches_rebuilt += 1
@@ -745,7 +746,7 @@ class Cleaner:
 _CHECK_EVERY_BYTES: Final = 1 << 20
 
 
-def _segment_paths(directory: Any, base: int, suffix: str) -> list[Any]:
+def _segment_paths(directory: Path, base: int, suffix: str) -> list[Path]:
     return [
         files.log_file(directory, base, suffix),
         files.index_file(directory, base, suffix),
@@ -768,33 +769,3 @@ def _is_last_batch_of_producer(
     if last.last_data_offset is not None:
         return batch.last_offset == last.last_data_offset
     return batch.is_control and batch.producer_epoch == last.producer_epoch
-
-
-def _rebuild(batch: RecordBatch, kept: Sequence[Record], delete_horizon_ms: int | None) -> bytes:
-    """The batch with only ``kept`` records: same base offset, last offset delta, codec,
-    timestamp type, producer fields, flags and leader epoch; records at their own offsets."""
-    log_append = batch.timestamp_type is TimestampType.LOG_APPEND_TIME
-    return build_batch(
-        [
-            NewRecord(
-                key=r.key,
-                value=r.value,
-                timestamp=r.timestamp,
-                headers=r.headers,
-                offset_delta=r.offset - batch.base_offset,
-            )
-            for r in kept
-        ],
-        base_offset=batch.base_offset,
-        compression=batch.compression,
-        timestamp_type=batch.timestamp_type,
-        log_append_time=batch.max_timestamp if log_append else None,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        is_transactional=batch.is_transactional,
-        is_control=batch.is_control,
-        last_offset_delta=batch.last_offset_delta,
-        delete_horizon_ms=delete_horizon_ms,
-    )

@@ -314,6 +314,10 @@ class LogCleanerManager:
         with self._lock:
             self._forced.add(tp)
 
+    def cancel_compaction_request(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._forced.discard(tp)
+
     @property
     def compaction_requests(self) -> set[TopicPartition]:
         with self._lock:

@@ -539,21 +539,25 @@ class Log:
         from where the last one stopped, and starts over after segments were removed or
         replaced.
         """
-        with self._lock, self._io(f"read producer state of {self.tp}"):
+        with self._lock:
+            return self._current_txn_state().copy()
+
+    def _current_txn_state(self) -> TransactionState:
+        with self._io(f"read producer state of {self.tp}"):
             state = self._txn_state if self._txn_state is not None else TransactionState()
             for segment in self._segments:
-                if segment.next_offset() <= state.next_offset:
-                    continue
-                state.extend(_header_batches(segment, state.next_offset))
+                if segment.next_offset() > state.next_offset:
+                    state.extend(_header_batches(segment, state.next_offset))
             self._txn_state = state
-            return state.copy()
+            return state
 
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the earliest undecided transaction, else the high watermark."""
-        first_unstable = self.transaction_state().first_unstable_offset
-        hw = self.high_watermark
-        return hw if first_unstable is None else min(first_unstable, hw)
+        with self._lock:
+            first_unstable = self._current_txn_state().first_unstable_offset
+            hw = self.high_watermark
+            return hw if first_unstable is None else min(first_unstable, hw)
 
     # -- retention -----------------------------------------------------------------------------
     def retention_view(self) -> list[SegmentView]:

@@ -116,13 +116,14 @@ class LogCleaner:
     def clean_log(self, tp: TopicPartition) -> CleanerStats | None:
         """One round over ``tp`` now, regardless of its dirty ratio (``logkeeper clean`` and
         compact-now). None when it is busy, paused, uncleanable or has nothing to clean."""
-        self.manager.request_compaction(tp)
         log = self.log_manager.find_log(tp)
         if log is None or log.offline:
             return None
+        self.manager.request_compaction(tp)
         now = self.clock.milliseconds()
         chosen = self.manager.grab_filthiest_log([log], now)
         if chosen is None:
+            self.manager.cancel_compaction_request(tp)  # nothing to do: do not leave it pending
             return None
         return self._clean(self._threads[0], chosen, now)
 
@@ -247,11 +248,10 @@ class LogCleaner:
         for log in logs:
             self.manager.request_compaction(log.tp)
         done: list[CleanerStats] = []
-        while True:
-            stats = self.clean_filthiest()
-            if stats is None:
-                break
+        while (stats := self.clean_filthiest()) is not None:
             done.append(stats)
+        for log in logs:  # served, or nothing was cleanable: no request stays pending
+            self.manager.cancel_compaction_request(log.tp)
         return done
 
     # -- threads -------------------------------------------------------------------------------

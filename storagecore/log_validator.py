@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final, NamedTuple
 
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from storagecore.records import batch as batch_module
 from storagecore.records import layout
-from storagecore.records.batch import NewRecord, RecordBatch, TimestampType
+from storagecore.records.batch import RecordBatch, TimestampType
 from storagecore.records.codecs import (
     DEFAULT_LEVELS,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -235,8 +235,14 @@ def validate_and_assign_offsets(
 
         target = target_compression(config, codec)
         if target is not codec and count and not is_control:
+            source = RecordBatch(view[pos : pos + size])
             rebuilt = bytearray(
-                _rebuild(RecordBatch(view[pos : pos + size]), target, _level(config, target))
+                batch_module.rebuild_batch(
+                    source,
+                    source.records(),
+                    compression=target,
+                    compression_level=_level(config, target),
+                )
             )
             if len(rebuilt) > max_message_bytes:
                 raise RecordTooLargeError(
@@ -307,28 +313,3 @@ def _check_timestamps(
             f"{where()}: timestamp {max_timestamp} is more than message.timestamp.after.max.ms="
             f"{config.message_timestamp_after_max_ms} after now ({now_ms})"
         )
-
-
-def _rebuild(batch: RecordBatch, codec: Compression, level: int | None) -> bytes:
-    records: Sequence[NewRecord] = [
-        NewRecord(
-            key=r.key,
-            value=r.value,
-            timestamp=r.timestamp,
-            headers=r.headers,
-            offset_delta=r.offset - batch.base_offset,
-        )
-        for r in batch.records()
-    ]
-    return batch_module.build_batch(
-        records,
-        base_offset=batch.base_offset,
-        compression=codec,
-        compression_level=level,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        is_transactional=batch.is_transactional,
-        last_offset_delta=batch.last_offset_delta,
-    )

@@ -542,6 +542,46 @@ def build_control_batch(
     )
 
 
+def rebuild_batch(
+    batch: RecordBatch,
+    records: Sequence[Record],
+    *,
+    compression: Compression | None = None,
+    compression_level: int | None = None,
+    delete_horizon_ms: int | None = None,
+) -> bytes:
+    """``batch`` re-encoded with only ``records`` (each at its own offset): same base offset,
+    last offset delta, timestamp type, producer fields, flags and leader epoch; the codec of
+    ``batch`` unless ``compression`` is given. Used by the append path (compression.type) and
+    by the cleaner (records removed, delete horizon set)."""
+    log_append = batch.timestamp_type is TimestampType.LOG_APPEND_TIME
+    return build_batch(
+        [
+            NewRecord(
+                key=r.key,
+                value=r.value,
+                timestamp=r.timestamp,
+                headers=r.headers,
+                offset_delta=r.offset - batch.base_offset,
+            )
+            for r in records
+        ],
+        base_offset=batch.base_offset,
+        compression=batch.compression if compression is None else compression,
+        compression_level=compression_level,
+        timestamp_type=batch.timestamp_type,
+        log_append_time=batch.max_timestamp if log_append else None,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        last_offset_delta=batch.last_offset_delta,
+        delete_horizon_ms=delete_horizon_ms,
+    )
+
+
 def build_empty_batch(batch: RecordBatch) -> bytes:
     """What the cleaner keeps of a batch whose records all went but whose producer state must
     survive (Kafka's ``writeEmptyHeader``): the 61-byte header alone, record count 0, no codec,

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +19,7 @@ import pytest
 from storagecore import LogManager, NewRecord, TopicPartition, build_batch
 from storagecore.verify import verify_log_dir
 from tests.integration.storagecore.helpers.cleaner_process import CONFIG
+from tests.integration.storagecore.helpers.processes import run_and_kill
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,25 +44,11 @@ def test_cleaner_sigkill_loop(tmp_path: Path) -> None:
     data = tmp_path / "data"
     rng = random.Random(4321)
     written: dict[int, tuple[bytes, bytes]] = {}
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
     swaps_seen = 0
     for run in range(ROUNDS):
         top_up(data, written, rng)
         before = len(list((data / "compacted-0").glob("*.log")))
-        process = subprocess.Popen(
-            [sys.executable, str(HELPER), str(data)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert process.stdout is not None
-        ready = process.stdout.readline()
-        assert ready.startswith("ready"), process.stderr.read() if process.stderr else ready
-        time.sleep(rng.uniform(0.05, 0.6))
-        process.send_signal(signal.SIGKILL)
-        _, errors = process.communicate(timeout=30)
-        assert process.returncode == -signal.SIGKILL, errors
+        run_and_kill(HELPER, str(data), rng=rng, wait_s=(0.05, 0.6))
 
         latest: dict[bytes, int] = {}
         for offset, (key, _) in sorted(written.items()):

@@ -30,6 +30,8 @@ COMPACT = LogConfig(
     file_delete_delay_ms=0,
 )
 SMALL = CleanerConfig(dedupe_buffer_size=64 * 1024, backoff_ms=20, threads=2)
+#: ~100 KB to read at 20 KB/s: a clean is still running when the test interferes with it.
+SLOW = CleanerConfig(dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000, backoff_ms=20)
 
 
 def fill(manager: LogManager, topic: str, records: int = 300, keys: int = 10) -> TopicPartition:
@@ -112,13 +114,7 @@ def test_pause_aborts_a_running_clean(tmp_path: Path, clock: ManualClock) -> Non
         tp = fill(manager, "slow", records=600)
         log = manager.get_log(tp)
         before = [(r.offset, r.value) for r in log.records()]
-        # ~100 KB to read at 20 KB/s: the clean is still running when the pause comes
-        cleaner = LogCleaner(
-            manager,
-            CleanerConfig(
-                dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000, backoff_ms=20
-            ),
-        )
+        cleaner = LogCleaner(manager, SLOW)
         cleaner.start()
         try:
             wait_for(lambda: cleaner.manager.state(tp)[0] is CleaningState.IN_PROGRESS)
@@ -140,12 +136,7 @@ def test_shutdown_during_a_clean_leaves_no_partial_files(
         tp = fill(manager, "slow", records=600)
         log = manager.get_log(tp)
         before = [(r.offset, r.value) for r in log.records()]
-        cleaner = LogCleaner(
-            manager,
-            CleanerConfig(
-                dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000, backoff_ms=20
-            ),
-        )
+        cleaner = LogCleaner(manager, SLOW)
         cleaner.start()
         wait_for(lambda: cleaner.manager.state(tp)[0] is CleaningState.IN_PROGRESS)
         cleaner.shutdown()
@@ -213,6 +204,10 @@ def test_compact_now_request_cleans_below_the_dirty_ratio(
         stats = cleaner.clean_log(tp)
         assert stats is not None and stats.end_offset == log.active_segment.base_offset
         assert cleaner.manager.compaction_requests == set()
+        assert cleaner.clean_log(tp) is None, "nothing left to clean"
+        assert cleaner.manager.compaction_requests == set(), "no request left pending"
+        assert cleaner.clean_until_done() == []
+        assert cleaner.manager.compaction_requests == set()
 
 
 def test_tombstones_are_removed_once_their_horizon_passes_without_new_writes(
@@ -244,12 +239,7 @@ def test_tombstones_are_removed_once_their_horizon_passes_without_new_writes(
 def test_deleting_a_partition_aborts_its_clean_first(tmp_path: Path, clock: ManualClock) -> None:
     with LogManager([tmp_path], default_config=COMPACT, clock=clock) as manager:
         tp, other = fill(manager, "doomed", records=600), fill(manager, "kept")
-        cleaner = LogCleaner(
-            manager,
-            CleanerConfig(
-                dedupe_buffer_size=64 * 1024, io_max_bytes_per_second=20_000, backoff_ms=20
-            ),
-        )
+        cleaner = LogCleaner(manager, SLOW)
         cleaner.manager.update_checkpoint(tmp_path, [tp, other], update=(other, 0))
         cleaner.start()
         try:

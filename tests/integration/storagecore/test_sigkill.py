@@ -11,10 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +18,7 @@ import pytest
 from storagecore import LogManager, TopicPartition
 from storagecore.verify import verify_log_dir
 from tests.conftest import batch
+from tests.integration.storagecore.helpers.processes import run_and_kill
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,22 +30,8 @@ def test_sigkill_loop(tmp_path: Path) -> None:
     data = tmp_path / "data"
     rng = random.Random(1234)
     flushed: dict[tuple[int, int], str] = {}
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}
     for run in range(ROUNDS):
-        process = subprocess.Popen(
-            [sys.executable, str(HELPER), str(data), str(run)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert process.stdout is not None
-        ready = process.stdout.readline()
-        assert ready.startswith("ready"), process.stderr.read() if process.stderr else ready
-        time.sleep(rng.uniform(0.2, 0.8))
-        process.send_signal(signal.SIGKILL)
-        output, errors = process.communicate(timeout=30)
-        assert process.returncode == -signal.SIGKILL, errors
+        output = run_and_kill(HELPER, str(data), str(run), rng=rng, wait_s=(0.2, 0.8))
         lines = output.splitlines()
         complete = lines if output.endswith("\n") else lines[:-1]  # a line cut by the kill
         for line in complete:
