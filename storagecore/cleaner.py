@@ -37,15 +37,18 @@ from storagecore import files
 from storagecore.config import TopicPartition
 from storagecore.errors import ConfigError, CorruptRecordError
 from storagecore.log import Log
-from storagecore.offset_map import SkimpyOffsetMap, key_digest
+from storagecore.offset_map import FilteredRecords, SkimpyOffsetMap, key_digest
 from storagecore.records import layout
 from storagecore.records.batch import (
+    Buffer,
     ControlType,
     Record,
     RecordBatch,
     build_empty_batch,
     rebuild_batch,
+    rebuild_batch_from_payload,
 )
+from storagecore.records.codecs import Compression
 from storagecore.records.layout import INT32_MAX
 from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type_of
@@ -560,6 +563,12 @@ class Cleaner:
                     stats.map_messages_read += 1
                 elif txns.on_data_batch(batch):
                     stats.map_messages_read += batch.records_count
+                elif mapped := offset_map.put_batch_keys(*_native_input(batch), start):
+                    walked, full = mapped
+                    stats.map_messages_read += walked
+                    if full:
+                        stats.map_full = True
+                        return True
                 else:
                     for offset, key in _record_keys(batch):
                         if key is not None and offset >= start:
@@ -651,21 +660,33 @@ class Cleaner:
         ) or batch.next_offset == upper_bound
         if discard_records and not retain_empty:
             return
-        # 2. Record-level decisions (Kafka's shouldRetainRecord).
-        records = batch.records()
-        if discard_records:
-            kept: list[Record] = []
-        elif batch.is_control:
-            kept = records
+        # 2. Record-level decisions (Kafka's shouldRetainRecord): natively when the map's fast
+        # path takes the batch, else on decoded records (the reference).
+        fast = (
+            None
+            if discard_records or batch.is_control
+            else self._filter_records_native(batch, now_ms, horizon_ms)
+        )
+        kept: list[Record] = []
+        if fast is not None:
+            kept_count, contains_tombstones = fast.kept, fast.contains_tombstones
+            stats.invalid_messages += fast.invalid
         else:
-            kept = [r for r in records if self._retain_record(batch, r, now_ms, stats)]
-        if not kept:
+            if not discard_records:
+                records = batch.records()
+                kept = (
+                    records
+                    if batch.is_control
+                    else [r for r in records if self._retain_record(batch, r, now_ms, stats)]
+                )
+            kept_count = len(kept)
+            contains_tombstones = any(r.value is None for r in kept) and not batch.is_control
+        if not kept_count:
             if retain_empty:
                 empty = build_empty_batch(batch)
                 output.add(empty, batch.last_offset, batch.max_timestamp)
                 stats.batches_rebuilt += 1
             return
-        contains_tombstones = any(r.value is None for r in kept) and not batch.is_control
         marker_for_empty_txn = batch.is_control and can_discard
         set_horizon = not batch.has_delete_horizon and (contains_tombstones or marker_for_empty_txn)
         if contains_tombstones or marker_for_empty_txn:
@@ -674,17 +695,43 @@ class Cleaner:
                 stats.next_delete_horizon_ms is None or due < stats.next_delete_horizon_ms
             ):
                 stats.next_delete_horizon_ms = due
-        if len(kept) == len(records) and not set_horizon:
+        if kept_count == batch.records_count and not set_horizon:
             output.add(batch.buffer, batch.last_offset, batch.max_timestamp)
-            stats.messages_written += len(kept)
+            stats.messages_written += kept_count
             stats.batches_copied_verbatim += 1
             return
-        rebuilt = rebuild_batch(
-            batch, kept, delete_horizon_ms=horizon_ms if set_horizon else batch.delete_horizon_ms
-        )
+        if fast is not None:
+            assert fast.rebuilt is not None
+            rebuilt = (
+                fast.rebuilt
+                if batch.compression is Compression.NONE
+                else rebuild_batch_from_payload(
+                    batch,
+                    fast.rebuilt,
+                    record_count=kept_count,
+                    base_timestamp=fast.base_timestamp,
+                    max_timestamp=fast.max_timestamp,
+                    has_delete_horizon=set_horizon or batch.has_delete_horizon,
+                )
+            )
+            output.add(rebuilt, batch.last_offset, fast.max_timestamp)
+            stats.messages_written += kept_count
+            stats.batches_rebuilt += 1
+            return
+        else:
+            rebuilt = rebuild_batch(
+                batch,
+                kept,
+                delete_horizon_ms=horizon_ms if set_horizon else batch.delete_horizon_ms,
+            )
         output.add(rebuilt, batch.last_offset, RecordBatch(rebuilt).max_timestamp)
-        stats.messages_written += len(kept)
+        stats.messages_written += kept_count
         stats.batches_rebuilt += 1
+
+    def _filter_records_native(
+        self, batch: RecordBatch, now_ms: int, horizon_ms: int
+    ) -> FilteredRecords | None:
+        return self.offset_map.filter_batch_records(*_native_input(batch), now_ms, horizon_ms)
 
     def _retain_record(
         self, batch: RecordBatch, record: Record, now_ms: int, stats: CleanerStats
@@ -753,6 +800,12 @@ def _segment_paths(directory: Path, base: int, suffix: str) -> list[Path]:
         files.time_index_file(directory, base, suffix),
         files.txn_index_file(directory, base, suffix),
     ]
+
+
+def _native_input(batch: RecordBatch) -> tuple[Buffer, bytes | None]:
+    """What the native record work takes: the batch, and its records decompressed when it is
+    compressed (None otherwise: the records are read in place)."""
+    return batch.buffer, None if batch.compression is Compression.NONE else batch.payload()
 
 
 def _record_keys(batch: RecordBatch) -> Iterator[tuple[int, bytes | None]]:

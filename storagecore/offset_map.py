@@ -13,14 +13,27 @@ then probing is linear.
 The map never grows and never fails a caller that respects :attr:`capacity`: the cleaner stops
 mapping when ``size`` reaches ``slots * load_factor`` and cleans up to the last offset it
 mapped, continuing in a later round.
+
+The per-record work of a cleaning round (digest, probe, put or compare, and re-encoding the
+records a batch keeps) has a C fast path, ``storagecore._offset_map_native``, reached through
+:meth:`SkimpyOffsetMap.put_batch_keys` and :meth:`SkimpyOffsetMap.filter_batch_records`. They
+return None when the extension is not loaded or declines the payload; the cleaner then runs its
+pure-Python reference on that batch. Both paths leave the same table and write the same bytes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import struct
 from typing import Final
+
+from storagecore.native import load_extension
+
+_NATIVE = load_extension("storagecore._offset_map_native")
+#: "c" or "python": which implementation of the per-record work this process uses.
+IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
 
 HASH_BYTES: Final = 16
 OFFSET: Final = struct.Struct(">q")
@@ -32,6 +45,25 @@ assert ENTRY_BYTES == 24
 
 def key_digest(key: bytes) -> bytes:
     return hashlib.md5(key, usedforsecurity=False).digest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FilteredRecords:
+    """The cleaner's record-level decisions over one data batch (native path)."""
+
+    kept: int
+    #: Records dropped for having no key (Kafka's invalid messages).
+    invalid: int
+    #: Whether a kept record is a tombstone.
+    contains_tombstones: bool
+    #: None when nothing was kept or when the batch is copied as it is (all kept, no horizon
+    #: to stamp). Otherwise the rebuilt batch, whole, for an uncompressed batch; for a
+    #: compressed one, the kept records uncompressed and encoded against
+    #: :attr:`base_timestamp`, for :func:`~storagecore.records.batch.rebuild_batch_from_payload`.
+    rebuilt: bytes | None
+    #: Max timestamp of the rebuilt batch.
+    max_timestamp: int
+    base_timestamp: int
 
 
 class SkimpyOffsetMap:
@@ -109,6 +141,47 @@ class SkimpyOffsetMap:
 
     def get(self, key: bytes) -> int:
         return self.get_digest(key_digest(key))
+
+    # -- native fast paths (None: not available here, run the reference) -------------------
+    def put_batch_keys(
+        self, batch: bytes | memoryview, payload: bytes | None, start: int
+    ) -> tuple[int, bool] | None:
+        """Put the key of every record of one validated data batch whose offset is at least
+        ``start``, stopping before a put once :attr:`capacity` keys are held. ``payload`` is
+        the decompressed records of a compressed batch, None for an uncompressed one. Returns
+        (records walked, whether the map became full), or None without changing anything."""
+        if _NATIVE is None:
+            return None
+        result = _NATIVE.put_keys(
+            self._table, self.slots, self.size, self.capacity, batch, payload, start
+        )
+        if result is None:
+            return None
+        size, puts, last_put, walked, full, lookups, probes = result
+        self.size = size
+        if puts:
+            self.latest_offset = last_put
+        self.lookups += lookups
+        self.probes += probes
+        return walked, full
+
+    def filter_batch_records(
+        self, batch: bytes | memoryview, payload: bytes | None, now_ms: int, new_horizon_ms: int
+    ) -> FilteredRecords | None:
+        """The cleaner's shouldRetainRecord over one validated data batch and what
+        ``rebuild_batch`` would write (see :class:`FilteredRecords`); None when not available
+        or declined."""
+        if _NATIVE is None:
+            return None
+        result = _NATIVE.filter_records(
+            self._table, self.slots, self.latest_offset, batch, payload, now_ms, new_horizon_ms
+        )
+        if result is None:
+            return None
+        kept, invalid, tombstones, rebuilt, max_timestamp, base_timestamp, lookups, probes = result
+        self.lookups += lookups
+        self.probes += probes
+        return FilteredRecords(kept, invalid, tombstones, rebuilt, max_timestamp, base_timestamp)
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset

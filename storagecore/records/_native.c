@@ -14,54 +14,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#define MAX_VARINT_BYTES 5
-#define MAX_VARLONG_BYTES 10
-
-/* 0 on success, -1 on a truncated or overlong encoding. Most varints in a record are one byte
- * (attributes, small deltas, key lengths, header counts): that case returns early. */
-static inline __attribute__((always_inline)) int read_varint(
-    const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
-    if (*pos < limit && !(buf[*pos] & 0x80)) {
-        uint32_t b = buf[(*pos)++];
-        *out = (int64_t)(int32_t)((b >> 1) ^ (uint32_t)(-(int32_t)(b & 1)));
-        return 0;
-    }
-    uint32_t value = 0;
-    int shift = 0;
-    Py_ssize_t start = *pos;
-    for (;;) {
-        if (*pos >= limit) return -1;
-        uint8_t b = buf[(*pos)++];
-        value |= (uint32_t)(b & 0x7F) << shift;
-        if (!(b & 0x80)) break;
-        shift += 7;
-        if (*pos - start >= MAX_VARINT_BYTES) return -1;
-    }
-    *out = (int64_t)(int32_t)((value >> 1) ^ (uint32_t)(-(int32_t)(value & 1)));
-    return 0;
-}
-
-static inline __attribute__((always_inline)) int read_varlong(
-    const uint8_t *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
-    if (*pos < limit && !(buf[*pos] & 0x80)) {
-        uint64_t b = buf[(*pos)++];
-        *out = (int64_t)((b >> 1) ^ (uint64_t)(-(int64_t)(b & 1)));
-        return 0;
-    }
-    uint64_t value = 0;
-    int shift = 0;
-    Py_ssize_t start = *pos;
-    for (;;) {
-        if (*pos >= limit) return -1;
-        uint8_t b = buf[(*pos)++];
-        value |= (uint64_t)(b & 0x7F) << shift;
-        if (!(b & 0x80)) break;
-        shift += 7;
-        if (*pos - start >= MAX_VARLONG_BYTES) return -1;
-    }
-    *out = (int64_t)((value >> 1) ^ (uint64_t)(-(int64_t)(value & 1)));
-    return 0;
-}
+#include "_layout.h"
 
 /* Result of walking the records of one uncompressed payload. */
 typedef struct {
@@ -224,41 +177,6 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
  * which is the specification. The topic must use CreateTime. Field positions are those of
  * storagecore/records/layout.py; test_native.py checks the exported copies.
  */
-#define LOG_OVERHEAD 12
-#define RECORD_BATCH_OVERHEAD 61
-#define BASE_OFFSET_OFFSET 0
-#define LENGTH_OFFSET 8
-#define PARTITION_LEADER_EPOCH_OFFSET 12
-#define MAGIC_OFFSET 16
-#define CRC_OFFSET 17
-#define ATTRIBUTES_OFFSET 21
-#define LAST_OFFSET_DELTA_OFFSET 23
-#define BASE_TIMESTAMP_OFFSET 27
-#define MAX_TIMESTAMP_OFFSET 35
-#define PRODUCER_ID_OFFSET 43
-#define BASE_SEQUENCE_OFFSET 53
-#define RECORDS_COUNT_OFFSET 57
-#define CODEC_MASK 0x07
-#define TIMESTAMP_TYPE_MASK 0x08
-#define CONTROL_FLAG_MASK 0x20
-
-static inline int64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-    return (int64_t)v;
-}
-static inline int32_t get32(const uint8_t *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-static inline int16_t get16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
-static inline void put64(uint8_t *p, int64_t value) {
-    uint64_t v = (uint64_t)value;
-    for (int i = 7; i >= 0; i--) { p[i] = (uint8_t)v; v >>= 8; }
-}
-static inline void put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
-}
-
 /* CRC-32C of out[start:end] through the Python-level crc32c function; -1 on error. */
 static long long crc_of(PyObject *crc_func, uint8_t *base, Py_ssize_t start, Py_ssize_t end) {
     PyObject *view = PyMemoryView_FromMemory((char *)base + start, end - start, PyBUF_READ);

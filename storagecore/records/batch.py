@@ -228,32 +228,36 @@ class RecordBatch:
 
     def validate(self) -> None:
         """Kafka's ``ensureValid``: the sizes agree, the magic is 2, the CRC matches."""
-        if self.batch_length < layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD:
+        # Fields read once from the header tuple: every read path and both cleaner passes run
+        # this per batch.
+        base_offset, batch_length, _, magic, crc, attributes, last_delta, *_, count = self._header
+        if batch_length < layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD:
             raise CorruptRecordError(
-                f"batch at offset {self.base_offset}: declared length {self.batch_length} is "
+                f"batch at offset {base_offset}: declared length {batch_length} is "
                 f"below the {layout.RECORD_BATCH_OVERHEAD}-byte header"
             )
-        if self.size_bytes != len(self._buffer):
+        size = batch_length + layout.LOG_OVERHEAD
+        if size != len(self._buffer):
             raise CorruptRecordError(
-                f"batch at offset {self.base_offset}: declared size {self.size_bytes} bytes "
+                f"batch at offset {base_offset}: declared size {size} bytes "
                 f"but {len(self._buffer)} bytes present"
             )
-        if self.magic != layout.CURRENT_MAGIC:
+        if magic != layout.CURRENT_MAGIC:
             raise CorruptRecordError(
-                f"batch at offset {self.base_offset}: magic {self.magic}, only magic 2 is supported"
+                f"batch at offset {base_offset}: magic {magic}, only magic 2 is supported"
             )
-        computed = self.compute_crc()
-        if computed != self.crc:
+        computed = crc32c(memoryview(self._buffer)[layout.ATTRIBUTES_OFFSET : size])
+        if computed != crc:
             raise CorruptRecordError(
-                f"batch at offset {self.base_offset}: CRC mismatch (stored 0x{self.crc:08x}, "
+                f"batch at offset {base_offset}: CRC mismatch (stored 0x{crc:08x}, "
                 f"computed 0x{computed:08x})"
             )
-        if self.records_count < 0 or self.last_offset_delta < 0:
+        if count < 0 or last_delta < 0:
             raise CorruptRecordError(
-                f"batch at offset {self.base_offset}: negative record count "
-                f"{self.records_count} or last offset delta {self.last_offset_delta}"
+                f"batch at offset {base_offset}: negative record count "
+                f"{count} or last offset delta {last_delta}"
             )
-        Compression.from_id(self.attributes & layout.COMPRESSION_CODEC_MASK)
+        Compression.from_id(attributes & layout.COMPRESSION_CODEC_MASK)
 
     # -- records -------------------------------------------------------------------------------
     def payload(self, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> bytes:
@@ -477,7 +481,47 @@ def build_batch(
         )
         for delta, record in zip(deltas, records, strict=True)
     )
-    if compression is not Compression.NONE and records:
+    return _assemble_batch(
+        payload,
+        record_count=len(records),
+        base_offset=base_offset,
+        compression=compression,
+        compression_level=compression_level,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        has_delete_horizon=delete_horizon_ms is not None,
+    )
+
+
+def _assemble_batch(
+    payload: bytes,
+    *,
+    record_count: int,
+    base_offset: int,
+    compression: Compression,
+    compression_level: int | None,
+    timestamp_type: TimestampType,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+    is_transactional: bool,
+    is_control: bool,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    has_delete_horizon: bool,
+) -> bytes:
+    """The header, the (compressed) records and the CRC: where every built batch is made."""
+    if compression is not Compression.NONE and record_count:
         payload = compress(compression, payload, compression_level)
 
     attributes = int(compression)
@@ -487,7 +531,7 @@ def build_batch(
         attributes |= layout.TRANSACTIONAL_FLAG_MASK
     if is_control:
         attributes |= layout.CONTROL_FLAG_MASK
-    if delete_horizon_ms is not None:
+    if has_delete_horizon:
         attributes |= layout.DELETE_HORIZON_FLAG_MASK
 
     size = layout.RECORD_BATCH_OVERHEAD + len(payload)
@@ -507,7 +551,7 @@ def build_batch(
         producer_id,
         producer_epoch,
         base_sequence,
-        len(records),
+        record_count,
     )
     buffer[layout.RECORDS_OFFSET :] = payload
     _UINT32.pack_into(
@@ -579,6 +623,39 @@ def rebuild_batch(
         is_control=batch.is_control,
         last_offset_delta=batch.last_offset_delta,
         delete_horizon_ms=delete_horizon_ms,
+    )
+
+
+def rebuild_batch_from_payload(
+    batch: RecordBatch,
+    payload: bytes,
+    *,
+    record_count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    has_delete_horizon: bool,
+) -> bytes:
+    """What :func:`rebuild_batch` writes, from records already encoded against
+    ``base_timestamp`` (the cleaner's native path encodes the kept records itself); ``batch``
+    gives the codec and every other header field."""
+    assert record_count > 0, "an emptied batch is build_empty_batch's"
+    return _assemble_batch(
+        payload,
+        record_count=record_count,
+        base_offset=batch.base_offset,
+        compression=batch.compression,
+        compression_level=None,
+        timestamp_type=batch.timestamp_type,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        last_offset_delta=batch.last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        has_delete_horizon=has_delete_horizon,
     )
 
 

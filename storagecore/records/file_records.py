@@ -156,13 +156,13 @@ class FileRecords:
             yield header, memoryview(chunk)[rel : rel + layout.RECORD_BATCH_OVERHEAD]
 
     def _walk_headers(
-        self, start: int, end: int | None
+        self, start: int, end: int | None, first_chunk_bytes: int = _FIRST_HEADER_CHUNK_BYTES
     ) -> Iterator[tuple[BatchHeader, bytes, int]]:
         end = self.size_bytes if end is None else min(end, self.size_bytes)
         position = start
         chunk = b""
         chunk_start = position
-        chunk_size = _FIRST_HEADER_CHUNK_BYTES
+        chunk_size = first_chunk_bytes
         while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
             rel = position - chunk_start
             if rel + layout.RECORD_BATCH_OVERHEAD > len(chunk):
@@ -200,18 +200,16 @@ class FileRecords:
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, RecordBatch]]:
         """Complete batches in ``[start, end)`` as views, read in large chunks (not validated)."""
-        end = self.size_bytes if end is None else min(end, self.size_bytes)
-        chunk = b""
-        chunk_start = start
-        for header in self.batch_headers(start, end):
-            rel = header.position - chunk_start
-            if rel + header.size_bytes > len(chunk):
-                chunk = self.read(header.position, max(_READ_CHUNK_BYTES, header.size_bytes))
-                chunk_start = header.position
-                rel = 0
-            if header.size_bytes < layout.RECORD_BATCH_OVERHEAD:
+        # One pass: a batch is viewed in the chunk its header was read from, and only a batch
+        # running past that chunk's end is read on its own.
+        for header, chunk, rel in self._walk_headers(start, end, _READ_CHUNK_BYTES):
+            size = header.size_bytes
+            if size < layout.RECORD_BATCH_OVERHEAD:
                 raise CorruptRecordError(
-                    f"{self.path}: batch at position {header.position} is {header.size_bytes} "
+                    f"{self.path}: batch at position {header.position} is {size} "
                     f"bytes, smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
                 )
-            yield header.position, RecordBatch(memoryview(chunk)[rel : rel + header.size_bytes])
+            if rel + size <= len(chunk):
+                yield header.position, RecordBatch(memoryview(chunk)[rel : rel + size])
+            else:
+                yield header.position, RecordBatch(self.read(header.position, size))

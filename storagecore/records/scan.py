@@ -12,12 +12,10 @@ accepts, with identical output bytes, and otherwise hands the request back to it
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
-from types import ModuleType
 from typing import Final
 
+from storagecore.native import load_extension
 from storagecore.records import _scan_py
 from storagecore.records.scan_types import ScanResult
 
@@ -31,16 +29,7 @@ ValidateUncompressed = Callable[
 ]
 
 
-def _load_native() -> ModuleType | None:
-    if os.environ.get("STORAGECORE_NO_EXTENSIONS", "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module("storagecore.records._native")
-    except ImportError:
-        return None
-
-
-_NATIVE = _load_native()
+_NATIVE = load_extension("storagecore.records._native")
 # The native scan returns a plain tuple in ScanResult's field order; callers unpack it.
 scan_records: Final[_Scan] = _scan_py.scan_records if _NATIVE is None else _NATIVE.scan_records
 validate_uncompressed: Final[ValidateUncompressed | None] = (

@@ -1,0 +1,162 @@
+/* The v2 record batch layout and the record varints, for the C speed-ups.
+ *
+ * One copy of storagecore/records/layout.py's positions for both extensions
+ * (storagecore.records._native and storagecore._offset_map_native); each module exports them and
+ * tests/unit/storagecore/records/test_native_layout.py checks every exported value against
+ * layout.py. Also CRC-32C (hardware on x86-64 with SSE 4.2, a table otherwise), checked against
+ * the crc32c package.
+ */
+#ifndef STORAGECORE_RECORDS_LAYOUT_H
+#define STORAGECORE_RECORDS_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_VARINT_BYTES 5
+#define MAX_VARLONG_BYTES 10
+
+#define LOG_OVERHEAD 12
+#define RECORD_BATCH_OVERHEAD 61
+#define BASE_OFFSET_OFFSET 0
+#define LENGTH_OFFSET 8
+#define PARTITION_LEADER_EPOCH_OFFSET 12
+#define MAGIC_OFFSET 16
+#define CRC_OFFSET 17
+#define ATTRIBUTES_OFFSET 21
+#define LAST_OFFSET_DELTA_OFFSET 23
+#define BASE_TIMESTAMP_OFFSET 27
+#define MAX_TIMESTAMP_OFFSET 35
+#define PRODUCER_ID_OFFSET 43
+#define PRODUCER_EPOCH_OFFSET 51
+#define BASE_SEQUENCE_OFFSET 53
+#define RECORDS_COUNT_OFFSET 57
+#define CURRENT_MAGIC 2
+#define CODEC_MASK 0x07
+#define TIMESTAMP_TYPE_MASK 0x08
+#define TRANSACTIONAL_FLAG_MASK 0x10
+#define CONTROL_FLAG_MASK 0x20
+#define DELETE_HORIZON_FLAG_MASK 0x40
+#define MIN_DECLARED_BATCH_LENGTH 14
+
+static inline int64_t get64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static inline int32_t get32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     p[3]);
+}
+static inline int16_t get16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+static inline void put64(uint8_t *p, int64_t value) {
+    uint64_t v = (uint64_t)value;
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+static inline void put32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+static inline void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+/* Kafka's ByteUtils.readVarint / readVarlong: at most 5 / 10 bytes, bits beyond 32 / 64
+ * dropped; 0 on success, -1 on a truncated or overlong encoding (also when *pos >= limit). The
+ * same rules as storagecore/records/varint.py. Most varints in a record are one byte: that case
+ * returns early. */
+static inline __attribute__((always_inline)) int read_varint(const uint8_t *buf,
+                                                             ptrdiff_t *pos, ptrdiff_t limit,
+                                                             int64_t *out) {
+    if (*pos < limit && !(buf[*pos] & 0x80)) {
+        uint32_t b = buf[(*pos)++];
+        *out = (int64_t)(int32_t)((b >> 1) ^ (uint32_t)(-(int32_t)(b & 1)));
+        return 0;
+    }
+    uint32_t value = 0;
+    int shift = 0;
+    ptrdiff_t start = *pos;
+    for (;;) {
+        if (*pos >= limit) return -1;
+        uint8_t b = buf[(*pos)++];
+        value |= (uint32_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+        if (*pos - start >= MAX_VARINT_BYTES) return -1;
+    }
+    *out = (int64_t)(int32_t)((value >> 1) ^ (uint32_t)(-(int32_t)(value & 1)));
+    return 0;
+}
+
+static inline __attribute__((always_inline)) int read_varlong(const uint8_t *buf,
+                                                              ptrdiff_t *pos, ptrdiff_t limit,
+                                                              int64_t *out) {
+    if (*pos < limit && !(buf[*pos] & 0x80)) {
+        uint64_t b = buf[(*pos)++];
+        *out = (int64_t)((b >> 1) ^ (uint64_t)(-(int64_t)(b & 1)));
+        return 0;
+    }
+    uint64_t value = 0;
+    int shift = 0;
+    ptrdiff_t start = *pos;
+    for (;;) {
+        if (*pos >= limit) return -1;
+        uint8_t b = buf[(*pos)++];
+        value |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+        if (*pos - start >= MAX_VARLONG_BYTES) return -1;
+    }
+    *out = (int64_t)((value >> 1) ^ (uint64_t)(-(int64_t)(value & 1)));
+    return 0;
+}
+
+/* ---- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) -------------------------------- */
+
+static uint32_t crc32c_table[256];
+static int crc32c_hardware;
+
+static inline void crc32c_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc32c_table[i] = c;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    crc32c_hardware = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static inline uint32_t crc32c_sse42(const uint8_t *p, size_t n) {
+    uint64_t crc = 0xFFFFFFFFu;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        crc = _mm_crc32_u64(crc, word);
+    }
+    uint32_t c = (uint32_t)crc;
+    for (; n > 0; n--) c = _mm_crc32_u8(c, *p++);
+    return ~c;
+}
+#endif
+
+/* CRC-32C of p[0..n), the checksum of a v2 batch (attributes to end). */
+static inline uint32_t crc32c(const uint8_t *p, size_t n) {
+#if defined(__x86_64__)
+    if (crc32c_hardware) return crc32c_sse42(p, n);
+#endif
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--) c = crc32c_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
+#endif
