@@ -29,11 +29,13 @@ setup(
         Extension(
             "storagecore.records._native",
             ["storagecore/records/_native.c"],
+            depends=["storagecore/records/_layout.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),
         Extension(
             "storagecore._offset_map_native",
             ["storagecore/_offset_map_native.c"],
+            depends=["storagecore/records/_layout.h"],
             # -O3 vectorises the side-by-side MD5 lanes (about 3x the digests per second).
             extra_compile_args=["-O3", "-Wall", "-Werror"],
         ),

@@ -783,7 +783,7 @@ PyMODINIT_FUNC PyInit__offset_map_native(void) {
     crc32c_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddIntConstant(m, "HASH_BYTES", HASH_BYTES) < 0 ||
+    if (add_layout_constants(m) < 0 || PyModule_AddIntConstant(m, "HASH_BYTES", HASH_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "ENTRY_BYTES", ENTRY_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;

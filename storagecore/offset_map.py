@@ -67,7 +67,9 @@ class FilteredRecords:
 
 
 class SkimpyOffsetMap:
-    def __init__(self, memory_bytes: int, load_factor: float = 0.9) -> None:
+    def __init__(self, memory_bytes: int, load_factor: float = 0.9, *, native: bool = True) -> None:
+        """``native=False`` keeps this map on the pure-Python reference even where the
+        extension is loaded (the differential tests clean the same log both ways)."""
         slots = memory_bytes // ENTRY_BYTES
         if slots < 1 or not 0 < load_factor <= 1:
             raise ValueError(
@@ -78,6 +80,7 @@ class SkimpyOffsetMap:
             raise ValueError(f"offset map of {memory_bytes} bytes is too small to make progress")
         self.slots = slots
         self.load_factor = load_factor
+        self._native = _NATIVE if native else None
         self._table = bytearray(slots * ENTRY_BYTES)
         self.size = 0
         self.latest_offset = -1
@@ -144,15 +147,15 @@ class SkimpyOffsetMap:
 
     # -- native fast paths (None: not available here, run the reference) -------------------
     def put_batch_keys(
-        self, batch: bytes | memoryview, payload: bytes | None, start: int
+        self, batch: bytes | bytearray | memoryview, payload: bytes | None, start: int
     ) -> tuple[int, bool] | None:
         """Put the key of every record of one validated data batch whose offset is at least
         ``start``, stopping before a put once :attr:`capacity` keys are held. ``payload`` is
         the decompressed records of a compressed batch, None for an uncompressed one. Returns
         (records walked, whether the map became full), or None without changing anything."""
-        if _NATIVE is None:
+        if self._native is None:
             return None
-        result = _NATIVE.put_keys(
+        result = self._native.put_keys(
             self._table, self.slots, self.size, self.capacity, batch, payload, start
         )
         if result is None:
@@ -166,14 +169,18 @@ class SkimpyOffsetMap:
         return walked, full
 
     def filter_batch_records(
-        self, batch: bytes | memoryview, payload: bytes | None, now_ms: int, new_horizon_ms: int
+        self,
+        batch: bytes | bytearray | memoryview,
+        payload: bytes | None,
+        now_ms: int,
+        new_horizon_ms: int,
     ) -> FilteredRecords | None:
         """The cleaner's shouldRetainRecord over one validated data batch and what
         ``rebuild_batch`` would write (see :class:`FilteredRecords`); None when not available
         or declined."""
-        if _NATIVE is None:
+        if self._native is None:
             return None
-        result = _NATIVE.filter_records(
+        result = self._native.filter_records(
             self._table, self.slots, self.latest_offset, batch, payload, now_ms, new_horizon_ms
         )
         if result is None:

@@ -159,4 +159,42 @@ static inline uint32_t crc32c(const uint8_t *p, size_t n) {
     return ~c;
 }
 
+/* Export every constant above under layout.py's name, for the test that compares them.
+ * Include Python.h before this header. */
+static inline int add_layout_constants(PyObject *m) {
+    static const struct {
+        const char *name;
+        long value;
+    } constants[] = {
+        {"MAX_VARINT_BYTES", MAX_VARINT_BYTES},
+        {"MAX_VARLONG_BYTES", MAX_VARLONG_BYTES},
+        {"LOG_OVERHEAD", LOG_OVERHEAD},
+        {"RECORD_BATCH_OVERHEAD", RECORD_BATCH_OVERHEAD},
+        {"BASE_OFFSET_OFFSET", BASE_OFFSET_OFFSET},
+        {"LENGTH_OFFSET", LENGTH_OFFSET},
+        {"PARTITION_LEADER_EPOCH_OFFSET", PARTITION_LEADER_EPOCH_OFFSET},
+        {"MAGIC_OFFSET", MAGIC_OFFSET},
+        {"CRC_OFFSET", CRC_OFFSET},
+        {"ATTRIBUTES_OFFSET", ATTRIBUTES_OFFSET},
+        {"LAST_OFFSET_DELTA_OFFSET", LAST_OFFSET_DELTA_OFFSET},
+        {"BASE_TIMESTAMP_OFFSET", BASE_TIMESTAMP_OFFSET},
+        {"MAX_TIMESTAMP_OFFSET", MAX_TIMESTAMP_OFFSET},
+        {"PRODUCER_ID_OFFSET", PRODUCER_ID_OFFSET},
+        {"PRODUCER_EPOCH_OFFSET", PRODUCER_EPOCH_OFFSET},
+        {"BASE_SEQUENCE_OFFSET", BASE_SEQUENCE_OFFSET},
+        {"RECORDS_COUNT_OFFSET", RECORDS_COUNT_OFFSET},
+        {"CURRENT_MAGIC", CURRENT_MAGIC},
+        {"COMPRESSION_CODEC_MASK", CODEC_MASK},
+        {"TIMESTAMP_TYPE_MASK", TIMESTAMP_TYPE_MASK},
+        {"TRANSACTIONAL_FLAG_MASK", TRANSACTIONAL_FLAG_MASK},
+        {"CONTROL_FLAG_MASK", CONTROL_FLAG_MASK},
+        {"DELETE_HORIZON_FLAG_MASK", DELETE_HORIZON_FLAG_MASK},
+        {"MIN_DECLARED_BATCH_LENGTH", MIN_DECLARED_BATCH_LENGTH},
+    };
+    for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
+        if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) return -1;
+    }
+    return 0;
+}
+
 #endif

@@ -296,23 +296,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, 
 PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddIntConstant(m, "MAX_VARINT_BYTES", MAX_VARINT_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_VARLONG_BYTES", MAX_VARLONG_BYTES) < 0 ||
-        PyModule_AddIntConstant(m, "RECORD_BATCH_OVERHEAD", RECORD_BATCH_OVERHEAD) < 0 ||
-        PyModule_AddIntConstant(m, "LOG_OVERHEAD", LOG_OVERHEAD) < 0 ||
-        PyModule_AddIntConstant(m, "PARTITION_LEADER_EPOCH_OFFSET", PARTITION_LEADER_EPOCH_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "MAGIC_OFFSET", MAGIC_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "CRC_OFFSET", CRC_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "ATTRIBUTES_OFFSET", ATTRIBUTES_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "LAST_OFFSET_DELTA_OFFSET", LAST_OFFSET_DELTA_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "BASE_TIMESTAMP_OFFSET", BASE_TIMESTAMP_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_TIMESTAMP_OFFSET", MAX_TIMESTAMP_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "PRODUCER_ID_OFFSET", PRODUCER_ID_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "BASE_SEQUENCE_OFFSET", BASE_SEQUENCE_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "RECORDS_COUNT_OFFSET", RECORDS_COUNT_OFFSET) < 0 ||
-        PyModule_AddIntConstant(m, "COMPRESSION_CODEC_MASK", CODEC_MASK) < 0 ||
-        PyModule_AddIntConstant(m, "TIMESTAMP_TYPE_MASK", TIMESTAMP_TYPE_MASK) < 0 ||
-        PyModule_AddIntConstant(m, "CONTROL_FLAG_MASK", CONTROL_FLAG_MASK) < 0) {
+    if (add_layout_constants(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

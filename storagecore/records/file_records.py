@@ -156,13 +156,13 @@ class FileRecords:
             yield header, memoryview(chunk)[rel : rel + layout.RECORD_BATCH_OVERHEAD]
 
     def _walk_headers(
-        self, start: int, end: int | None, first_chunk_bytes: int = _FIRST_HEADER_CHUNK_BYTES
+        self, start: int, end: int | None
     ) -> Iterator[tuple[BatchHeader, bytes, int]]:
         end = self.size_bytes if end is None else min(end, self.size_bytes)
         position = start
         chunk = b""
         chunk_start = position
-        chunk_size = first_chunk_bytes
+        chunk_size = _FIRST_HEADER_CHUNK_BYTES
         while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
             rel = position - chunk_start
             if rel + layout.RECORD_BATCH_OVERHEAD > len(chunk):
@@ -200,16 +200,42 @@ class FileRecords:
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, RecordBatch]]:
         """Complete batches in ``[start, end)`` as views, read in large chunks (not validated)."""
-        # One pass: a batch is viewed in the chunk its header was read from, and only a batch
-        # running past that chunk's end is read on its own.
-        for header, chunk, rel in self._walk_headers(start, end, _READ_CHUNK_BYTES):
-            size = header.size_bytes
+        # One pass over large chunks, a batch viewed in place (only one running past its
+        # chunk's end is read on its own). The framing checks are _walk_headers'; this loop
+        # is its own because every read, recovery and cleaning pass runs it per batch.
+        end = self.size_bytes if end is None else min(end, self.size_bytes)
+        position = start
+        chunk = b""
+        view = memoryview(chunk)
+        chunk_start = position
+        while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
+            rel = position - chunk_start
+            if rel + layout.HEADER_SIZE_UP_TO_MAGIC > len(chunk):
+                chunk = self.read(position, min(_READ_CHUNK_BYTES, end - position))
+                view = memoryview(chunk)
+                chunk_start = position
+                rel = 0
+                if len(chunk) < layout.HEADER_SIZE_UP_TO_MAGIC:
+                    return
+            _base_offset, length = _HEADER_PREFIX.unpack_from(chunk, rel)
+            if length < layout.MIN_DECLARED_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"{self.path}: batch at position {position} declares length {length} "
+                    f"(minimum {layout.MIN_DECLARED_BATCH_LENGTH})"
+                )
+            size = length + layout.LOG_OVERHEAD
+            if position + size > end:
+                return  # torn tail: the declared size runs past the end
             if size < layout.RECORD_BATCH_OVERHEAD:
                 raise CorruptRecordError(
-                    f"{self.path}: batch at position {header.position} is {size} "
+                    f"{self.path}: batch at position {position} is {size} "
                     f"bytes, smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
                 )
             if rel + size <= len(chunk):
-                yield header.position, RecordBatch(memoryview(chunk)[rel : rel + size])
+                yield position, RecordBatch(view[rel : rel + size])
             else:
-                yield header.position, RecordBatch(self.read(header.position, size))
+                data = self.read(position, size)
+                if len(data) < size:
+                    return  # the file shrank under us: a torn tail
+                yield position, RecordBatch(data)
+            position += size

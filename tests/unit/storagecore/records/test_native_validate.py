@@ -37,28 +37,6 @@ TP = TopicPartition("t", 0)
 NOW = 1_700_000_000_000
 
 
-def test_layout_copies_agree() -> None:
-    assert native is not None
-    for name in (
-        "RECORD_BATCH_OVERHEAD",
-        "LOG_OVERHEAD",
-        "PARTITION_LEADER_EPOCH_OFFSET",
-        "MAGIC_OFFSET",
-        "CRC_OFFSET",
-        "ATTRIBUTES_OFFSET",
-        "LAST_OFFSET_DELTA_OFFSET",
-        "BASE_TIMESTAMP_OFFSET",
-        "MAX_TIMESTAMP_OFFSET",
-        "PRODUCER_ID_OFFSET",
-        "BASE_SEQUENCE_OFFSET",
-        "RECORDS_COUNT_OFFSET",
-        "COMPRESSION_CODEC_MASK",
-        "TIMESTAMP_TYPE_MASK",
-        "CONTROL_FLAG_MASK",
-    ):
-        assert getattr(native, name) == getattr(layout, name), name
-
-
 def python_path(data: bytes, config: LogConfig, origin: AppendOrigin, next_offset: int) -> object:
     saved = log_validator.validate_uncompressed
     log_validator.validate_uncompressed = None

@@ -1,0 +1,25 @@
+"""Both C extensions compile storagecore/records/_layout.h, the one C copy of layout.py's
+batch positions and masks: every constant they export must be layout.py's."""
+
+from __future__ import annotations
+
+import pytest
+
+from storagecore.native import load_extension
+from storagecore.records import layout
+
+MODULES = ["storagecore.records._native", "storagecore._offset_map_native"]
+#: Constants of a module's own, not layout copies.
+OWN = {"HASH_BYTES", "ENTRY_BYTES"}
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_layout_copies_agree(name: str) -> None:
+    module = load_extension(name)
+    if module is None:
+        pytest.skip(f"{name} not loaded")
+    exported = [c for c in dir(module) if c.isupper() and c not in OWN]
+    # The header's whole list: a constant dropped from the export would go unchecked.
+    assert len(exported) == 24, exported
+    for constant in exported:
+        assert getattr(module, constant) == getattr(layout, constant), constant

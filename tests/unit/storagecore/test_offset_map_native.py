@@ -1,0 +1,398 @@
+"""The cleaner's native per-record path against its pure-Python reference.
+
+``storagecore._offset_map_native`` takes over the per-record work of a cleaning round (key
+digests, map probes and puts, retention decisions, re-encoding of kept records, the rebuilt
+batch's header and CRC). The reference is the Python code of :mod:`storagecore.offset_map` and
+:mod:`storagecore.cleaner`. Here the same logs are cleaned both ways, round after round with
+small maps (rounds that stop mid-batch), and every file and every counter must be identical;
+the pieces (MD5, CRC-32C, the table after puts, declined inputs) are checked on their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import crc32c as crc32c_package
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storagecore import (
+    Compression,
+    Log,
+    LogConfig,
+    ManualClock,
+    NewRecord,
+    RecordBatch,
+    TimestampType,
+    build_batch,
+)
+from storagecore.cleaner import Cleaner, CleanerStats, CleanRequest
+from storagecore.native import load_extension
+from storagecore.offset_map import IMPLEMENTATION, SkimpyOffsetMap, key_digest
+from storagecore.records import layout
+from storagecore.records.batch import rebuild_batch
+
+# None when not built (test_expected_implementation_is_loaded then fails) or disabled by
+# STORAGECORE_NO_EXTENSIONS (the second CI run, where these tests skip).
+_native = load_extension("storagecore._offset_map_native")
+needs_native = pytest.mark.skipif(_native is None, reason="native speed-up not loaded")
+START_MS = 1_700_000_000_000
+DELETE_RETENTION_MS = 5_000
+
+
+def test_expected_implementation_is_loaded() -> None:
+    """CI runs the unit tests twice; each run must use the implementation it claims to test."""
+    forced_python = os.environ.get("STORAGECORE_NO_EXTENSIONS", "") not in ("", "0")
+    assert ("python" if forced_python else "c") == IMPLEMENTATION
+
+
+@needs_native
+def test_map_entry_layout_agrees() -> None:
+    from storagecore import offset_map
+
+    assert _native is not None
+    assert _native.HASH_BYTES == offset_map.HASH_BYTES
+    assert _native.ENTRY_BYTES == offset_map.ENTRY_BYTES
+
+
+@needs_native
+@given(st.binary(max_size=300))
+def test_md5_matches_hashlib(data: bytes) -> None:
+    assert _native is not None
+    assert _native.md5(data) == hashlib.md5(data).digest()
+
+
+@needs_native
+@pytest.mark.parametrize("length", [0, 1, 15, 16, 55, 56, 57, 63, 64, 65, 119, 120, 128, 1000])
+def test_md5_block_boundaries(length: int) -> None:
+    assert _native is not None
+    data = bytes(range(256)) * 4
+    assert _native.md5(data[:length]) == hashlib.md5(data[:length]).digest()
+
+
+@needs_native
+@given(st.binary(max_size=5000))
+def test_crc32c_matches_the_package(data: bytes) -> None:
+    assert _native is not None
+    assert _native.crc32c(data) == crc32c_package.crc32c(data)
+
+
+# -- the table after puts ------------------------------------------------------------------
+
+
+def _keys_batch(keys: list[bytes | None], base_offset: int = 0) -> RecordBatch:
+    return RecordBatch(
+        build_batch(
+            [NewRecord(key=k, value=b"v", timestamp=START_MS) for k in keys],
+            base_offset=base_offset,
+        )
+    )
+
+
+def _reference_put(offset_map: SkimpyOffsetMap, batch: RecordBatch, start: int) -> tuple[int, bool]:
+    """Cleaner.build_offset_map's Python loop over one batch."""
+    walked = 0
+    for record in batch.records():
+        if record.key is not None and record.offset >= start:
+            if offset_map.size >= offset_map.capacity:
+                return walked, True
+            offset_map.put_digest(key_digest(record.key), record.offset)
+        walked += 1
+    return walked, False
+
+
+@needs_native
+@given(
+    keys=st.lists(
+        st.one_of(st.none(), st.binary(min_size=0, max_size=80)), min_size=1, max_size=60
+    ),
+    prefill=st.lists(st.binary(max_size=20), max_size=10),
+    memory=st.integers(min_value=24 * 2, max_value=24 * 64),
+    start=st.integers(min_value=0, max_value=70),
+)
+def test_puts_leave_the_same_table(
+    keys: list[bytes | None], prefill: list[bytes], memory: int, start: int
+) -> None:
+    """Same table bytes, size, latest offset and full flag, including a map that fills in the
+    middle of the batch (the capacity check comes before each put) and keys long enough to take
+    the one-at-a-time MD5 path."""
+    native_map = SkimpyOffsetMap(memory, 0.75)
+    python_map = SkimpyOffsetMap(memory, 0.75, native=False)
+    for offset, key in enumerate(prefill[: native_map.capacity]):
+        native_map.put(key, offset)
+        python_map.put(key, offset)
+    batch = _keys_batch(keys, base_offset=10)
+    fast = native_map.put_batch_keys(batch.buffer, None, start)
+    assert fast is not None
+    assert fast == _reference_put(python_map, batch, start)
+    assert native_map._table == python_map._table
+    assert (native_map.size, native_map.latest_offset) == (
+        python_map.size,
+        python_map.latest_offset,
+    )
+    assert (native_map.lookups, native_map.probes) == (python_map.lookups, python_map.probes)
+
+
+@needs_native
+def test_python_map_never_uses_the_extension() -> None:
+    batch = _keys_batch([b"a"])
+    assert SkimpyOffsetMap(1024, native=False).put_batch_keys(batch.buffer, None, 0) is None
+    assert (
+        SkimpyOffsetMap(1024, native=False).filter_batch_records(batch.buffer, None, 0, 0) is None
+    )
+
+
+# -- declined inputs: the reference runs and raises its own error -----------------------------
+
+
+def _corruptions() -> Iterator[tuple[str, bytes]]:
+    good = bytearray(_keys_batch([b"a", b"b"]).buffer)
+    short = bytes(good[:-1])
+    yield "truncated records", short
+    long_length = bytearray(good)
+    long_length[layout.RECORDS_OFFSET] = 0x7E  # first record claims 63 bytes
+    yield "record length past the batch", bytes(long_length)
+    count = bytearray(good)
+    count[layout.RECORDS_COUNT_OFFSET + 3] = 3
+    yield "one record more than present", bytes(count)
+    yield (
+        "non-ASCII header key",
+        RecordBatch(
+            build_batch([NewRecord(key=b"k", value=b"v", headers=(("clé", b"x"),))])
+        ).buffer,
+    )
+
+
+@needs_native
+@pytest.mark.parametrize(("what", "data"), list(_corruptions()), ids=lambda x: str(x)[:30])
+def test_declined_batches_change_nothing(what: str, data: bytes) -> None:
+    offset_map = SkimpyOffsetMap(24 * 16)
+    offset_map.put(b"z", 0)
+    before = bytes(offset_map._table)
+    assert offset_map.put_batch_keys(data, None, 0) is None, what
+    assert offset_map.filter_batch_records(data, None, START_MS, START_MS) is None, what
+    assert bytes(offset_map._table) == before
+    assert offset_map.size == 1
+
+
+@needs_native
+def test_filtered_batch_is_rebuild_batch_byte_for_byte() -> None:
+    """A LogAppendTime batch with a delete horizon already stamped, a tombstone past it, a
+    header and a removed first record: the native rebuild equals rebuild_batch's."""
+    records = [
+        NewRecord(key=b"a", value=b"1", timestamp=START_MS - 5, headers=(("h", None),)),
+        NewRecord(key=b"b", value=None, timestamp=START_MS + 7),
+        NewRecord(key=b"c", value=b"3" * 200, timestamp=START_MS, headers=(("k", b"v"),)),
+        NewRecord(key=None, value=b"4", timestamp=START_MS + 9),
+        NewRecord(key=b"a", value=b"5", timestamp=START_MS - 1),
+    ]
+    for horizon in (None, START_MS + 10):
+        for timestamp_type in TimestampType:
+            batch = RecordBatch(
+                build_batch(
+                    records,
+                    base_offset=100,
+                    timestamp_type=timestamp_type,
+                    log_append_time=START_MS,
+                    delete_horizon_ms=horizon,
+                    producer_id=7,
+                    producer_epoch=1,
+                    base_sequence=3,
+                    partition_leader_epoch=4,
+                )
+            )
+            offset_map = SkimpyOffsetMap(24 * 64)
+            offset_map.put(b"a", 104)
+            offset_map.put(b"b", 101)
+            offset_map.put(b"c", 102)
+            offset_map.update_latest_offset(104)
+            now = START_MS + 20
+            fast = offset_map.filter_batch_records(batch.buffer, None, now, now + 1000)
+            assert fast is not None and fast.rebuilt is not None
+            kept = [r for r in batch.records() if r.offset in (102, 104)]
+            if horizon is None:
+                kept.insert(0, batch.records()[1])  # the tombstone stays, horizon set now
+            expected = rebuild_batch(
+                batch, kept, delete_horizon_ms=now + 1000 if horizon is None else horizon
+            )
+            assert fast.rebuilt == expected, (horizon, timestamp_type)
+            assert fast.invalid == 1
+            assert fast.max_timestamp == RecordBatch(expected).max_timestamp
+
+
+# -- whole cleaning rounds, both ways ---------------------------------------------------------
+
+KEYS = [None, b"a", b"b", b"c", b"d", b"e", b"key-" + b"x" * 60, b"key-" + b"y" * 70]
+
+
+@dataclasses.dataclass(frozen=True)
+class Append:
+    keys: list[bytes | None]
+    tombstones: list[bool]
+    codec: Compression
+    header: tuple[tuple[str, bytes | None], ...]
+    producer: bool
+    advance_ms: int
+
+
+appends = st.builds(
+    Append,
+    keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=12),
+    tombstones=st.lists(st.booleans(), min_size=12, max_size=12),
+    codec=st.sampled_from(list(Compression)),
+    header=st.sampled_from([(), (("h", b"v"),), (("n", None),), (("ü", b"x"),)]),
+    producer=st.booleans(),
+    advance_ms=st.integers(min_value=0, max_value=3_000),
+)
+
+
+def _append_all(log: Log, clock: ManualClock, plan: list[Append]) -> None:
+    sequence = 0
+    for step in plan:
+        clock.advance(step.advance_ms)
+        now = clock.milliseconds()
+        records = [
+            NewRecord(
+                key=key,
+                value=None if tombstone and key is not None else b"value-%d" % index,
+                timestamp=now - index,
+                headers=step.header,
+            )
+            for index, (key, tombstone) in enumerate(zip(step.keys, step.tombstones, strict=False))
+        ]
+        producer = (
+            {"producer_id": 42, "producer_epoch": 0, "base_sequence": sequence}
+            if step.producer
+            else {}
+        )
+        log.append(build_batch(records, compression=step.codec, **producer))  # type: ignore[arg-type]
+        sequence += len(records)
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {
+        path.name: path.read_bytes()
+        for path in sorted(directory.iterdir())
+        if path.suffix in (".log", ".index", ".timeindex")
+    }
+
+
+def _counters(stats: CleanerStats) -> dict[str, object]:
+    fields = dataclasses.asdict(stats)
+    for timing in ("start_s", "map_complete_s", "end_s"):
+        fields.pop(timing)
+    return fields
+
+
+@needs_native
+@settings(max_examples=40, deadline=None)
+@given(
+    plan=st.lists(appends, min_size=1, max_size=14),
+    map_slots=st.integers(min_value=3, max_value=40),
+    log_append_time=st.booleans(),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_cleaning_rounds_write_the_same_bytes(
+    plan: list[Append], map_slots: int, log_append_time: bool, seed: int
+) -> None:
+    config = LogConfig(
+        cleanup_policy=("compact",),
+        segment_bytes=random.Random(seed).choice([600, 1500, 1 << 20]),
+        index_interval_bytes=200,
+        delete_retention_ms=DELETE_RETENTION_MS,
+        message_timestamp_type=("LogAppendTime" if log_append_time else "CreateTime"),
+    )
+    root = Path(tempfile.mkdtemp())
+    logs: list[tuple[Log, ManualClock, Cleaner]] = []
+    try:
+        for name, native in (("native", True), ("python", False)):
+            clock = ManualClock(START_MS)
+            # Null keys reach a compacted log only if it was not compacted when they were
+            # written (a compacted topic rejects them): append under delete, then switch.
+            log = Log.open(
+                root / name / "t-0", dataclasses.replace(config, cleanup_policy=("delete",)), clock
+            )
+            _append_all(log, clock, plan)
+            log.roll()
+            log.update_config(config)
+            cleaner = Cleaner(offset_map=SkimpyOffsetMap(24 * map_slots, native=native))
+            logs.append((log, clock, cleaner))
+        # Rounds until clean, then again once every horizon has passed (tombstones go).
+        for later_ms in (0, DELETE_RETENTION_MS + 1):
+            for _, clock, _ in logs:
+                clock.advance(later_ms)
+            first_dirty = [0, 0]
+            for _ in range(200):
+                results = []
+                for index, (log, _, cleaner) in enumerate(logs):
+                    end = log.active_segment.base_offset
+                    stats = cleaner.clean(CleanRequest(log, first_dirty[index], end))
+                    first_dirty[index] = stats.end_offset
+                    results.append((_counters(stats), _files(log.directory)))
+                assert results[0] == results[1]
+                native_map, python_map = logs[0][2].offset_map, logs[1][2].offset_map
+                assert (native_map.lookups, native_map.probes) == (
+                    python_map.lookups,
+                    python_map.probes,
+                )
+                if first_dirty[0] >= logs[0][0].active_segment.base_offset:
+                    break
+    finally:
+        for log, _, _ in logs:
+            log.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class _Counting:
+    """Wraps the extension module and counts the calls it answered (not declined)."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._module = module
+        self.answered: dict[str, int] = {"put_keys": 0, "filter_records": 0}
+
+    def __getattr__(self, name: str) -> object:
+        function = getattr(self._module, name)
+
+        def call(*args: object) -> object:
+            result = function(*args)
+            if result is not None:
+                self.answered[name] += 1
+            return result
+
+        return call
+
+
+@needs_native
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+def test_native_path_takes_every_plain_data_batch(tmp_path: Path, codec: Compression) -> None:
+    """The differential test above would pass if the extension declined everything: here it
+    must answer for every batch of a log of ordinary keyed records."""
+    assert _native is not None
+    clock = ManualClock(START_MS)
+    log = Log.open(tmp_path / "t-0", LogConfig(cleanup_policy=("compact",)), clock)
+    for round_ in range(20):
+        log.append(
+            build_batch(
+                [NewRecord(key=b"k%d" % (i % 7), value=b"v%d" % round_) for i in range(10)],
+                compression=codec,
+            )
+        )
+    log.roll()
+    offset_map = SkimpyOffsetMap(24 * 1024)
+    counting = _Counting(_native)
+    offset_map._native = counting  # type: ignore[assignment]
+    stats = Cleaner(offset_map=offset_map).clean(
+        CleanRequest(log, 0, log.active_segment.base_offset)
+    )
+    assert counting.answered == {"put_keys": 20, "filter_records": 20}
+    assert stats.messages_written == 7
+    log.close()
