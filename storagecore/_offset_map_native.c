@@ -340,7 +340,7 @@ static Py_ssize_t digest_keys(record_t *records, Py_ssize_t count, Py_ssize_t *w
 
 /* How many wanted records ahead the first slot is prefetched: the map is large and its slots
  * are visited at random, so each probe would otherwise wait for memory. */
-#define PREFETCH_DISTANCE 8
+#define PREFETCH_DISTANCE 16
 
 static inline void prefetch_slot(const offset_map_t *map, const record_t *records,
                                  const Py_ssize_t *wanted, Py_ssize_t n, Py_ssize_t k) {

@@ -577,8 +577,9 @@ class Cleaner:
                                 return True
                             offset_map.put_digest(key_digest(key), offset)
                         stats.map_messages_read += 1
-                if batch.last_offset >= start:
-                    offset_map.update_latest_offset(batch.last_offset)
+                last_offset = batch.last_offset
+                if last_offset >= start:
+                    offset_map.update_latest_offset(last_offset)
             offset_map.update_latest_offset(min(next_start, end) - 1)
         return False
 
@@ -647,6 +648,7 @@ class Cleaner:
         stats: CleanerStats,
     ) -> None:
         stats.messages_read += batch.records_count
+        last_offset = batch.last_offset
         # 1. Batch-level decision (Kafka's checkBatchRetention).
         if batch.is_control:
             can_discard = txns.on_control_batch(batch, control_type_of(batch))
@@ -657,7 +659,7 @@ class Cleaner:
             discard_records = can_discard
         retain_empty = (
             batch.has_producer_id and _is_last_batch_of_producer(batch, producers)
-        ) or batch.next_offset == upper_bound
+        ) or last_offset + 1 == upper_bound
         if discard_records and not retain_empty:
             return
         # 2. Record-level decisions (Kafka's shouldRetainRecord): natively when the map's fast
@@ -684,7 +686,7 @@ class Cleaner:
         if not kept_count:
             if retain_empty:
                 empty = build_empty_batch(batch)
-                output.add(empty, batch.last_offset, batch.max_timestamp)
+                output.add(empty, last_offset, batch.max_timestamp)
                 stats.batches_rebuilt += 1
             return
         marker_for_empty_txn = batch.is_control and can_discard
@@ -696,7 +698,7 @@ class Cleaner:
             ):
                 stats.next_delete_horizon_ms = due
         if kept_count == batch.records_count and not set_horizon:
-            output.add(batch.buffer, batch.last_offset, batch.max_timestamp)
+            output.add(batch.buffer, last_offset, batch.max_timestamp)
             stats.messages_written += kept_count
             stats.batches_copied_verbatim += 1
             return
@@ -714,7 +716,7 @@ class Cleaner:
                     has_delete_horizon=set_horizon or batch.has_delete_horizon,
                 )
             )
-            output.add(rebuilt, batch.last_offset, fast.max_timestamp)
+            output.add(rebuilt, last_offset, fast.max_timestamp)
             stats.messages_written += kept_count
             stats.batches_rebuilt += 1
             return
@@ -724,7 +726,7 @@ class Cleaner:
                 kept,
                 delete_horizon_ms=horizon_ms if set_horizon else batch.delete_horizon_ms,
             )
-        output.add(rebuilt, batch.last_offset, RecordBatch(rebuilt).max_timestamp)
+        output.add(rebuilt, last_offset, RecordBatch(rebuilt).max_timestamp)
         stats.messages_written += kept_count
         stats.batches_rebuilt += 1
 

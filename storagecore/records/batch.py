@@ -170,14 +170,18 @@ class RecordBatch:
     def records_count(self) -> int:
         return int(self._header[12])
 
+    # The derived fields below read the header tuple directly: the cleaner and the readers ask
+    # for them several times per batch.
     @property
     def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
+        header = self._header
+        return int(header[0] + header[6])
 
     @property
     def next_offset(self) -> int:
         """Authoritative end of the batch: compaction may leave ``records_count`` smaller."""
-        return self.last_offset + 1
+        header = self._header
+        return int(header[0] + header[6] + 1)
 
     @property
     def last_sequence(self) -> int:
@@ -187,7 +191,7 @@ class RecordBatch:
 
     @property
     def compression(self) -> Compression:
-        return Compression.from_id(self.attributes & layout.COMPRESSION_CODEC_MASK)
+        return Compression.from_id(self._header[5] & layout.COMPRESSION_CODEC_MASK)
 
     @property
     def timestamp_type(self) -> TimestampType:
@@ -197,15 +201,15 @@ class RecordBatch:
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & layout.TRANSACTIONAL_FLAG_MASK)
+        return bool(self._header[5] & layout.TRANSACTIONAL_FLAG_MASK)
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & layout.CONTROL_FLAG_MASK)
+        return bool(self._header[5] & layout.CONTROL_FLAG_MASK)
 
     @property
     def has_delete_horizon(self) -> bool:
-        return bool(self.attributes & layout.DELETE_HORIZON_FLAG_MASK)
+        return bool(self._header[5] & layout.DELETE_HORIZON_FLAG_MASK)
 
     @property
     def delete_horizon_ms(self) -> int | None:
