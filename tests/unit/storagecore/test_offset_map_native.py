@@ -306,7 +306,7 @@ def test_cleaning_rounds_write_the_same_bytes(
 ) -> None:
     config = LogConfig(
         cleanup_policy=("compact",),
-        segment_bytes=random.Random(seed).choice([600, 1500, 1 << 20]),
+        segment_bytes=random.Random(seed).choice([2048, 4096, 1 << 20]),
         index_interval_bytes=200,
         delete_retention_ms=DELETE_RETENTION_MS,
         message_timestamp_type=("LogAppendTime" if log_append_time else "CreateTime"),
