@@ -165,6 +165,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the stats of each round as JSON")
 
     p = sub.add_parser(
+        "serve",
+        help="run the per-volume worker over local directories until SIGTERM",
+        description=(
+            "Loads every log of the data directories (recovery as needed), creates the "
+            "declared partitions, and runs retention, the cleaner threads, flushes, "
+            "checkpoints and delayed deletes on their intervals. The topic set and the "
+            "settings are re-read while running; a broken file keeps the last good one. "
+            "HTTP: /healthz /readyz /metrics /v1/status and admin POSTs."
+        ),
+    )
+    p.add_argument(
+        "--data-dir",
+        action="append",
+        required=True,
+        type=Path,
+        help="a log directory of the volume (repeatable)",
+    )
+    p.add_argument(
+        "--topics",
+        required=True,
+        type=Path,
+        help="a YAML file of Topic manifests, or a directory of them (a mounted ConfigMap)",
+    )
+    p.add_argument(
+        "--settings", type=Path, help="volume settings: a StorageVolume manifest or its spec"
+    )
+    p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default 8080; 0: any)")
+    p.add_argument(
+        "--http-host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 in a pod, with an admin token)",
+    )
+
+    p = sub.add_parser(
         "demo", help="run the embedded default: example topics in a local directory, with a report"
     )
     p.add_argument(
@@ -193,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verify": cmd_verify,
         "retention": cmd_retention,
         "clean": cmd_clean,
+        "serve": cmd_serve,
         "demo": cmd_demo,
     }
     try:
@@ -495,6 +530,20 @@ def cmd_clean(args: argparse.Namespace) -> int:
             for tp, why in sorted(uncleanable.items()):
                 print(f"{tp}: UNCLEANABLE: {why}")
     return 1 if uncleanable else 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from storageworker.serve import serve
+
+    level = str(args.log_level).upper()
+    return serve(
+        args.data_dir,
+        args.topics,
+        args.settings,
+        http_host=args.http_host,
+        http_port=args.http_port,
+        log_level="INFO" if level == "WARNING" else level,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -260,9 +260,19 @@ class LogCleanerManager:
             checkpoint.write({tp: o for tp, o in offsets.items() if tp in keep})
 
     # -- selection -----------------------------------------------------------------------------
-    def grab_filthiest_log(self, logs: Sequence[Log], now_ms: int) -> LogToClean | None:
+    def grab_filthiest_log(
+        self,
+        logs: Sequence[Log],
+        now_ms: int,
+        *,
+        restricted: bool = False,
+        lag_lead_ms: int = 0,
+    ) -> LogToClean | None:
         """The compacted log with the highest dirty ratio above ``min.cleanable.dirty.ratio``
-        (or past ``max.compaction.lag.ms`` with something to clean), now IN_PROGRESS."""
+        (or past ``max.compaction.lag.ms`` with something to clean), now IN_PROGRESS.
+
+        ``restricted`` (outside the volume's compaction windows): only a compact-now request or
+        a log whose ``max.compaction.lag.ms`` is breached within ``lag_lead_ms`` qualifies."""
         with self._lock:
             self.time_of_last_run_ms = now_ms
             checkpoints = self.all_checkpoints()
@@ -294,14 +304,28 @@ class LogCleanerManager:
                     (c.max_compaction_delay_ms for c in candidates), default=0
                 ),
             )
-            eligible = [
-                c
-                for c in candidates
-                if (c.needs_compaction_now and c.cleanable_bytes > 0)
-                or c.cleanable_ratio > c.log.config.min_cleanable_dirty_ratio
-                or (c.tp in self._forced and c.cleanable_bytes > 0)
-                or self._horizons.get(c.tp, LONG_MAX) <= now_ms
-            ]
+            if restricted:
+                eligible = [
+                    c
+                    for c in candidates
+                    if c.cleanable_bytes > 0
+                    and (
+                        c.tp in self._forced
+                        or max_compaction_delay_ms(
+                            c.log, c.first_dirty_offset, now_ms + lag_lead_ms
+                        )
+                        > 0
+                    )
+                ]
+            else:
+                eligible = [
+                    c
+                    for c in candidates
+                    if (c.needs_compaction_now and c.cleanable_bytes > 0)
+                    or c.cleanable_ratio > c.log.config.min_cleanable_dirty_ratio
+                    or (c.tp in self._forced and c.cleanable_bytes > 0)
+                    or self._horizons.get(c.tp, LONG_MAX) <= now_ms
+                ]
             if not eligible:
                 return None
             # A compact-now request goes first; otherwise the dirtiest (Kafka's rule).

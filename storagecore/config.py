@@ -321,6 +321,7 @@ def parse_config_assignments(assignments: Iterable[str]) -> dict[str, str]:
 
 TOPIC_API_GROUP: Final = "logkeeper.io"
 TOPIC_KIND: Final = "Topic"
+DELETION_POLICIES: Final = ("Retain", "Delete")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -333,6 +334,13 @@ class TopicSpec:
     volume: str | None = None
     topic_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """The ``spec.config`` mapping as written (Kafka keys), kept for display and round trips."""
+    deletion_policy: str = "Retain"
+    """``spec.deletionPolicy``: ``Retain`` (deleting the resource keeps the data) or
+    ``Delete`` (the data goes too)."""
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """``metadata.annotations`` (the worker reads the ``logkeeper.io/`` ones)."""
+    resource_name: str = ""
+    """``metadata.name`` (the topic name may differ: ``spec.topicName``)."""
 
 
 def topic_spec_from_manifest(
@@ -367,12 +375,24 @@ def topic_spec_from_manifest(
     except ConfigError as exc:
         raise ConfigError(f"{resource}: spec.config: {exc}") from None
     volume = spec.get("volume")
+    deletion_policy = spec.get("deletionPolicy", "Retain")
+    if deletion_policy not in DELETION_POLICIES:
+        raise ConfigError(
+            f"{resource}: spec.deletionPolicy must be one of {', '.join(DELETION_POLICIES)}, "
+            f"got {deletion_policy!r}"
+        )
+    annotations = metadata.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise ConfigError(f"{resource}: metadata.annotations must be a mapping")
     return TopicSpec(
         name=name,
         partitions=partitions,
         config=config,
         volume=str(volume) if volume is not None else None,
         topic_config=dict(raw_config),
+        deletion_policy=str(deletion_policy),
+        annotations={str(k): str(v) for k, v in annotations.items()},
+        resource_name=str(metadata.get("name") or name),
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from storagecore.cleaner import Cleaner, CleanerConfig, CleanerStats, CleanRequest, Throttler
@@ -58,6 +58,24 @@ class CleanerGauges:
 
 
 @dataclasses.dataclass(slots=True)
+class CleanerTotals:
+    """Monotonic counters since start, for the worker's metrics."""
+
+    rounds: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    duration_s: float = 0.0
+    aborted: int = 0
+    failed: int = 0
+
+
+#: ``may_start_new_work(now_ms)``: False outside the volume's compaction windows.
+StartGate = Callable[[int], bool]
+
+
+@dataclasses.dataclass(slots=True)
 class _ThreadState:
     cleaner: Cleaner
     thread: threading.Thread | None = None
@@ -72,8 +90,15 @@ class LogCleaner:
         config: CleanerConfig | None = None,
         *,
         clock: Clock | None = None,
+        may_start_new_work: StartGate | None = None,
+        lag_lead_ms: int = 0,
     ) -> None:
+        """``may_start_new_work`` restricts when a clean may start (compaction windows): while
+        it says no, only compact-now requests and logs whose ``max.compaction.lag.ms`` would be
+        breached within ``lag_lead_ms`` are cleaned. A clean already running is not stopped."""
         self.log_manager = log_manager
+        self.may_start_new_work = may_start_new_work
+        self.lag_lead_ms = lag_lead_ms
         self.config = config or CleanerConfig()
         self.clock = clock or log_manager.clock
         self.manager = LogCleanerManager(log_manager.log_dirs)
@@ -91,6 +116,7 @@ class LogCleaner:
         self.last_stats: dict[TopicPartition, CleanerStats] = {}
         self.last_clean_ms: dict[TopicPartition, int] = {}
         self.rounds_total = 0
+        self.totals = CleanerTotals()
         self.thread_errors = 0
         self.last_error: str | None = None
 
@@ -103,8 +129,14 @@ class LogCleaner:
         the clean was aborted, or it failed (the log is then uncleanable, with the reason)."""
         now = self.clock.milliseconds()
         logs = self._online_logs()
+        gate = self.may_start_new_work
         try:
-            chosen = self.manager.grab_filthiest_log(logs, now)
+            chosen = self.manager.grab_filthiest_log(
+                logs,
+                now,
+                restricted=gate is not None and not gate(now),
+                lag_lead_ms=self.lag_lead_ms,
+            )
         except Exception as exc:
             logger.exception("Cleaner %d: selecting a log to clean failed", thread_id)
             self._record_error(f"selection failed: {type(exc).__name__}: {exc}")
@@ -164,9 +196,18 @@ class LogCleaner:
                 self.last_stats[tp] = stats
                 self.last_clean_ms[tp] = self.clock.milliseconds()
                 self.rounds_total += 1
+                totals = self.totals
+                totals.rounds += 1
+                totals.bytes_read += stats.bytes_read + stats.map_bytes_read
+                totals.bytes_written += stats.bytes_written
+                totals.records_read += stats.messages_read
+                totals.records_removed += stats.messages_read - stats.messages_written
+                totals.duration_s += stats.elapsed_s
             return stats
         except CleaningAbortedError:
             logger.info("Cleaning of %s was aborted", tp)
+            with self._lock:
+                self.totals.aborted += 1
             return None
         except LogDirOfflineError as exc:
             logger.error("Cleaning of %s stopped: %s", tp, exc)
@@ -178,6 +219,8 @@ class LogCleaner:
         except Exception as exc:
             logger.exception("Cleaning of %s failed; marking it uncleanable", tp)
             self.manager.mark_uncleanable(tp, f"{type(exc).__name__}: {exc}")
+            with self._lock:
+                self.totals.failed += 1
             return None
         finally:
             state.busy_with = None
@@ -193,7 +236,9 @@ class LogCleaner:
     def delete_old_segments_of_compacted_logs(self) -> list[RetentionPlan]:
         """Retention for compacted logs, done by the cleaner so that it never runs under a
         clean of the same log (Kafka's cleaner thread does the same)."""
-        logs = self.manager.deletable_logs(self._online_logs())
+        logs = self.manager.deletable_logs(
+            [log for log in self._online_logs() if not self.log_manager.is_retention_paused(log.tp)]
+        )
         plans: list[RetentionPlan] = []
         try:
             for log in logs:
@@ -212,6 +257,7 @@ class LogCleaner:
                     plans.append(plan)
         finally:
             self.manager.done_deleting([log.tp for log in logs])
+        self.log_manager.record_retention(plans)
         return plans
 
     def delete_log(self, tp: TopicPartition, timeout_s: float | None = 60.0) -> Path:
@@ -294,6 +340,17 @@ class LogCleaner:
         for state in self._threads:
             if state.thread is not None:
                 state.thread.join(timeout_s)
+
+    def thread_states(self) -> list[dict[str, object]]:
+        """Per thread: name, alive, and the partition it is cleaning (for status)."""
+        return [
+            {
+                "name": f"logkeeper-cleaner-{i}",
+                "alive": state.thread is not None and state.thread.is_alive(),
+                "cleaning": str(state.busy_with) if state.busy_with is not None else None,
+            }
+            for i, state in enumerate(self._threads)
+        ]
 
     @property
     def alive_threads(self) -> int:

@@ -72,6 +72,14 @@ class _PendingDirDelete:
     path: Path
 
 
+@dataclasses.dataclass(slots=True)
+class RetentionTotals:
+    """What retention deleted since start (monotonic counters)."""
+
+    segments_deleted: int = 0
+    bytes_deleted: int = 0
+
+
 class LogManager:
     def __init__(
         self,
@@ -99,6 +107,10 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._pending_dir_deletes: list[_PendingDirDelete] = []
         self._closed = False
+        # Invariant: no segment of a log in here is deleted by retention (the worker's
+        # pause-retention); replaced as a whole, so readers need no lock.
+        self._retention_paused: frozenset[TopicPartition] = frozenset()
+        self.retention_totals = RetentionTotals()
         paths = [Path(p).resolve() for p in log_dirs]
         if not paths:
             raise ConfigError("at least one log directory is required")
@@ -356,6 +368,20 @@ class LogManager:
         return total
 
     # -- retention -----------------------------------------------------------------------------
+    def set_retention_paused(self, tps: Iterable[TopicPartition]) -> None:
+        """The partitions whose segments retention must leave alone (replaces the set)."""
+        self._retention_paused = frozenset(tps)
+
+    def is_retention_paused(self, tp: TopicPartition) -> bool:
+        return tp in self._retention_paused
+
+    def record_retention(self, plans: Iterable[RetentionPlan]) -> None:
+        """Count what retention deleted (the worker's metrics)."""
+        with self._lock:
+            for plan in plans:
+                self.retention_totals.segments_deleted += len(plan.deletions)
+                self.retention_totals.bytes_deleted += plan.deleted_bytes
+
     def cleanup_logs(self, cleaner: RetentionCoordinator | None = None) -> list[RetentionPlan]:
         """kafka-log-retention: apply retention to every online log; the plans carried out.
 
@@ -364,7 +390,11 @@ class LogManager:
         compacted ones between its cleans (Kafka's split). A log whose directory fails is
         skipped (it went offline); the others go on.
         """
-        logs = [log for log in self.logs.values() if not log.offline]
+        logs = [
+            log
+            for log in self.logs.values()
+            if not log.offline and log.tp not in self._retention_paused
+        ]
         if cleaner is not None:
             logs = cleaner.pause_cleaning_for_non_compacted(logs)
         plans: list[RetentionPlan] = []
@@ -381,6 +411,7 @@ class LogManager:
             if cleaner is not None:
                 for log in logs:
                     cleaner.resume(log.tp)
+        self.record_retention(plans)
         return plans
 
     # -- flush and checkpoints -----------------------------------------------------------------

@@ -1,0 +1,174 @@
+"""Prometheus metrics of a worker, collected from its state at scrape time.
+
+Prometheus naming: base units (bytes, seconds), ``_total`` for counters, labels only for the
+topic, the partition and the data directory (never offsets or keys). Counters come from the
+monotonic totals kept by storagecore (:class:`~storagecore.log_cleaner.CleanerTotals`,
+:class:`~storagecore.log_manager.RetentionTotals`) and the worker's reload counters; gauges read
+the logs and the cleaner. One registry per worker, so tests can run several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from storagecore.cleaner_manager import cleanable_offsets, log_to_clean
+from storageworker.worker import Worker
+
+PREFIX = "logkeeper"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class WorkerCollector(Collector):
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Metric]:
+        worker = self.worker
+        up = GaugeMetricFamily(f"{PREFIX}_worker_ready", "1 when every log is loaded and serving")
+        up.add_metric([], 1.0 if worker.state == "running" else 0.0)
+        yield up
+        reloads = CounterMetricFamily(
+            f"{PREFIX}_config_reloads", "Topic-set and settings reloads that took effect"
+        )
+        reloads.add_metric([], worker.counters.reloads)
+        yield reloads
+        errors = CounterMetricFamily(
+            f"{PREFIX}_config_errors", "Topic or settings files rejected (the last good stays)"
+        )
+        errors.add_metric([], worker.counters.errors)
+        yield errors
+        config_ok = GaugeMetricFamily(
+            f"{PREFIX}_config_ok", "1 when the file parsed and validated", labels=["file"]
+        )
+        config_ok.add_metric(["topics"], 1.0 if worker.topics_status.error is None else 0.0)
+        config_ok.add_metric(["settings"], 1.0 if worker.settings_status.error is None else 0.0)
+        yield config_ok
+        orphans = GaugeMetricFamily(
+            f"{PREFIX}_orphaned_logs", "Logs on the volume whose topic is not declared"
+        )
+        orphans.add_metric([], len(worker.orphans))
+        yield orphans
+        manager, cleaner = worker.log_manager, worker.cleaner
+        if manager is None or cleaner is None:
+            return
+        yield from self._logs(worker)
+        totals = cleaner.totals
+        for name, help_text, value in (
+            ("cleaner_runs", "Cleaning rounds completed", totals.rounds),
+            ("cleaner_read_bytes", "Bytes read by the cleaner (both passes)", totals.bytes_read),
+            ("cleaner_written_bytes", "Bytes written by the cleaner", totals.bytes_written),
+            ("cleaner_records_read", "Records read by the cleaner", totals.records_read),
+            ("cleaner_records_removed", "Records removed by compaction", totals.records_removed),
+            ("cleaner_duration_seconds", "Time spent cleaning", totals.duration_s),
+            ("cleaner_aborted_runs", "Cleaning rounds aborted (pause, deletion)", totals.aborted),
+            ("cleaner_failed_runs", "Cleaning rounds that failed", totals.failed),
+            (
+                "cleaner_throttle_wait_seconds",
+                "Time cleaners waited for the I/O limit",
+                cleaner.throttler.total_wait_s,
+            ),
+            (
+                "retention_deleted_segments",
+                "Segments deleted by retention",
+                manager.retention_totals.segments_deleted,
+            ),
+            (
+                "retention_deleted_bytes",
+                "Bytes deleted by retention",
+                manager.retention_totals.bytes_deleted,
+            ),
+        ):
+            counter = CounterMetricFamily(f"{PREFIX}_{name}", help_text)
+            counter.add_metric([], value)
+            yield counter
+        gauges = cleaner.gauges()
+        for name, help_text, value in (
+            (
+                "cleaner_max_dirty_ratio",
+                "Highest dirty ratio among compacted logs (0..1)",
+                gauges.max_dirty_percent / 100,
+            ),
+            (
+                "cleaner_time_since_last_run_seconds",
+                "Since the cleaner last chose a log",
+                gauges.time_since_last_run_ms / 1000,
+            ),
+            (
+                "cleaner_max_compaction_delay_seconds",
+                "Longest breach of max.compaction.lag.ms",
+                gauges.max_compaction_delay_ms / 1000,
+            ),
+            ("cleaner_alive_threads", "Cleaner threads running", cleaner.alive_threads),
+        ):
+            gauge = GaugeMetricFamily(f"{PREFIX}_{name}", help_text)
+            gauge.add_metric([], value)
+            yield gauge
+        unclean_parts = GaugeMetricFamily(
+            f"{PREFIX}_cleaner_uncleanable_partitions",
+            "Partitions marked uncleanable",
+            labels=["dir"],
+        )
+        unclean_bytes = GaugeMetricFamily(
+            f"{PREFIX}_cleaner_uncleanable_bytes",
+            "Cleanable bytes of uncleanable partitions",
+            labels=["dir"],
+        )
+        for directory, count in gauges.uncleanable_partitions.items():
+            unclean_parts.add_metric([directory], count)
+            unclean_bytes.add_metric([directory], gauges.uncleanable_bytes.get(directory, 0))
+        yield unclean_parts
+        yield unclean_bytes
+
+    def _logs(self, worker: Worker) -> Iterator[Metric]:
+        manager, cleaner = worker.log_manager, worker.cleaner
+        assert manager is not None and cleaner is not None
+        labels = ["topic", "partition"]
+        families = {
+            "size": GaugeMetricFamily(
+                f"{PREFIX}_log_size_bytes", "Bytes of the log", labels=labels
+            ),
+            "segments": GaugeMetricFamily(
+                f"{PREFIX}_log_segments", "Segments of the log", labels=labels
+            ),
+            "start": GaugeMetricFamily(
+                f"{PREFIX}_log_start_offset", "Log start offset", labels=labels
+            ),
+            "end": GaugeMetricFamily(f"{PREFIX}_log_end_offset", "Log end offset", labels=labels),
+            "dirty": GaugeMetricFamily(
+                f"{PREFIX}_log_dirty_ratio", "Dirty ratio of a compacted log", labels=labels
+            ),
+            "offline": GaugeMetricFamily(
+                f"{PREFIX}_log_offline", "1 when the log's directory is offline", labels=labels
+            ),
+        }
+        now = worker.clock.milliseconds()
+        checkpoints = cleaner.manager.all_checkpoints()
+        for tp, log in sorted(manager.logs.items()):
+            values = [tp.topic, str(tp.partition)]
+            families["offline"].add_metric(values, 1.0 if log.offline else 0.0)
+            if log.offline:
+                continue
+            families["size"].add_metric(values, log.size_bytes)
+            families["segments"].add_metric(values, len(log.segments))
+            families["start"].add_metric(values, log.log_start_offset)
+            families["end"].add_metric(values, log.log_end_offset)
+            if log.config.compact:
+                offsets = cleanable_offsets(log, checkpoints.get(tp), now)
+                families["dirty"].add_metric(
+                    values, log_to_clean(log, offsets, now).cleanable_ratio
+                )
+        yield from families.values()
+
+
+def registry_for(worker: Worker) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(worker))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,89 @@
+"""``logkeeper serve``: the worker as a process, until SIGTERM.
+
+Order: read the settings and the topic set (a broken settings file stops here, exit 2) →
+start the HTTP port (``/healthz`` answers, ``/readyz`` says 503 while loading) → load every
+log and apply the topic set → ready → run until SIGTERM or SIGINT → stop new work, abort
+running cleans, flush, write checkpoints and the clean-shutdown marker, exit 0. If the
+shutdown does not finish within ``worker.shutdownGracePeriodMs`` the process exits 1 without
+the marker, and the next start recovers (nothing flushed is lost either way).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from storagecore.clock import Clock
+from storagecore.errors import StorageError
+from storageworker import logs
+from storageworker.http import AdminServer, read_token
+from storageworker.worker import Worker
+
+logger = logging.getLogger(__name__)
+
+
+def serve(
+    data_dirs: Sequence[Path],
+    topics_path: Path,
+    settings_path: Path | None = None,
+    *,
+    http_host: str = "127.0.0.1",
+    http_port: int = 8080,
+    log_level: str = "INFO",
+    clock: Clock | None = None,
+) -> int:
+    try:
+        worker = Worker(data_dirs, topics_path, settings_path, clock=clock)
+        token = read_token(worker.settings.admin_token_file)
+    except StorageError as exc:
+        print(f"logkeeper serve: error: {exc}", file=sys.stderr)
+        return 2
+
+    def dir_of(tp: object) -> Path | None:
+        manager = worker.log_manager
+        log = manager.find_log(tp) if manager is not None else None  # type: ignore[arg-type]
+        return log.parent_dir if log is not None else None
+
+    logs.configure(worker.settings.log_format, log_level, dir_of)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logger.info("Received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        server = AdminServer(worker, http_host, http_port, token)
+    except OSError as exc:
+        print(
+            f"logkeeper serve: error: cannot listen on {http_host}:{http_port}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    server.start()
+    print(f"logkeeper serve: listening on http://{http_host}:{server.port}", flush=True)
+    try:
+        worker.start()
+    except StorageError as exc:
+        logger.error("Cannot start: %s", exc)
+        server.stop()
+        return 2
+    print("logkeeper serve: ready", flush=True)
+    stop.wait()
+    grace_s = worker.settings.shutdown_grace_period_ms / 1000
+    done = threading.Thread(target=worker.shutdown, name="logkeeper-shutdown", daemon=True)
+    done.start()
+    done.join(grace_s)
+    server.stop()
+    if done.is_alive():
+        logger.error("Shutdown did not finish within %.1f s; exiting without the marker", grace_s)
+        logging.shutdown()
+        os._exit(1)
+    print("logkeeper serve: stopped", flush=True)
+    return 0

@@ -1,0 +1,197 @@
+"""Volume settings: the worker's part of a ``StorageVolume`` spec, from one YAML file.
+
+The file holds either a whole ``StorageVolume`` manifest (its ``spec`` is read and its
+``metadata.annotations`` are the volume-wide controls) or the spec mapping alone::
+
+    cleaner:
+      threads: 1                    # log.cleaner.threads
+      dedupeBufferBytes: 134217728  # log.cleaner.dedupe.buffer.size (split over the threads)
+      ioMaxBytesPerSecond: 10485760 # log.cleaner.io.max.bytes.per.second (default: no limit)
+      backoffMs: 15000              # log.cleaner.backoff.ms
+    retentionCheckIntervalMs: 300000  # log.retention.check.interval.ms
+    compactionWindows:
+      timeZone: Europe/Paris
+      windows: ["22:00-06:00"]
+    worker:
+      flushCheckIntervalMs: 1000
+      ...
+
+Unknown keys are errors that name the key; keys that only the operator uses (``size``,
+``storageClassName``, ``image``, ``resources``) are accepted and ignored. Parsing is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+import yaml
+
+from storagecore.cleaner import CleanerConfig
+from storagecore.errors import ConfigError
+from storageworker.windows import CompactionWindows
+
+OPERATOR_ONLY_KEYS: Final = frozenset({"size", "storageClassName", "image", "resources"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """Everything a worker is told about its volume besides the topics."""
+
+    cleaner_threads: int = 1
+    """``cleaner.threads``: log.cleaner.threads."""
+    dedupe_buffer_bytes: int = 128 * 1024 * 1024
+    """``cleaner.dedupeBufferBytes``: offset map memory of all cleaner threads together."""
+    io_max_bytes_per_second: float = math.inf
+    """``cleaner.ioMaxBytesPerSecond``: read + write rate of all cleaner threads together."""
+    backoff_ms: int = 15_000
+    """``cleaner.backoffMs``: a cleaner thread's sleep when nothing was cleanable."""
+    retention_check_interval_ms: int = 300_000
+    """``retentionCheckIntervalMs``: how often retention runs (Kafka's default: 5 minutes)."""
+    compaction_windows: CompactionWindows = dataclasses.field(default_factory=CompactionWindows)
+    """``compactionWindows``: when the cleaner may start new work (default: always)."""
+    compaction_lag_lead_ms: int = 300_000
+    """``compactionLagLeadMs``: outside the windows, a log is still cleaned when its
+    ``max.compaction.lag.ms`` would be breached within this time."""
+    flush_check_interval_ms: int = 1_000
+    """``worker.flushCheckIntervalMs``: how often logs past their ``flush.ms`` are flushed."""
+    checkpoint_interval_ms: int = 60_000
+    """``worker.checkpointIntervalMs``: recovery-point and log-start-offset checkpoints."""
+    delete_check_interval_ms: int = 1_000
+    """``worker.deleteCheckIntervalMs``: physical deletes of ``.deleted`` files and ``-delete``
+    directories whose ``file.delete.delay.ms`` passed."""
+    config_reload_interval_ms: int = 2_000
+    """``worker.configReloadIntervalMs``: how often the topic files and this file are re-read."""
+    shutdown_grace_period_ms: int = 25_000
+    """``worker.shutdownGracePeriodMs``: SIGTERM to exit, at most (keep below the pod's)."""
+    admin_token_file: str | None = None
+    """``worker.adminTokenFile``: bearer token for the admin API (without one, admin calls
+    are accepted from loopback only)."""
+    log_format: str = "plain"
+    """``worker.logFormat``: ``plain`` or ``json``."""
+
+    def cleaner_config(self) -> CleanerConfig:
+        return CleanerConfig(
+            threads=self.cleaner_threads,
+            dedupe_buffer_size=self.dedupe_buffer_bytes,
+            io_max_bytes_per_second=self.io_max_bytes_per_second,
+            backoff_ms=self.backoff_ms,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VolumeSettings:
+    settings: WorkerSettings
+    annotations: Mapping[str, str]
+    """The StorageVolume's annotations (volume-wide controls); empty for a bare spec."""
+
+
+# (section, key) -> (field, kind, minimum)
+_FIELDS: Final[dict[tuple[str | None, str], tuple[str, type, float]]] = {
+    ("cleaner", "threads"): ("cleaner_threads", int, 1),
+    ("cleaner", "dedupeBufferBytes"): ("dedupe_buffer_bytes", int, 1024),
+    ("cleaner", "ioMaxBytesPerSecond"): ("io_max_bytes_per_second", float, 1),
+    ("cleaner", "backoffMs"): ("backoff_ms", int, 0),
+    (None, "retentionCheckIntervalMs"): ("retention_check_interval_ms", int, 1),
+    (None, "compactionLagLeadMs"): ("compaction_lag_lead_ms", int, 0),
+    ("worker", "flushCheckIntervalMs"): ("flush_check_interval_ms", int, 1),
+    ("worker", "checkpointIntervalMs"): ("checkpoint_interval_ms", int, 1),
+    ("worker", "deleteCheckIntervalMs"): ("delete_check_interval_ms", int, 1),
+    ("worker", "configReloadIntervalMs"): ("config_reload_interval_ms", int, 1),
+    ("worker", "shutdownGracePeriodMs"): ("shutdown_grace_period_ms", int, 0),
+    ("worker", "adminTokenFile"): ("admin_token_file", str, 0),
+    ("worker", "logFormat"): ("log_format", str, 0),
+}
+_SECTIONS: Final = {"cleaner", "worker"}
+
+
+def _number(value: Any, kind: type, minimum: float, where: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if kind is int and (not isinstance(value, int) and not float(value).is_integer()):
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{where}: must be at least {minimum:g}, got {value!r}")
+    return kind(value)
+
+
+def parse_settings(data: Any, *, source: str = "<settings>") -> VolumeSettings:
+    """Settings from the loaded YAML document; errors name the source and the key."""
+    if data is None:
+        return VolumeSettings(WorkerSettings(), {})
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping (a StorageVolume or its spec)")
+    annotations: Mapping[str, str] = {}
+    spec: Any = data
+    if "kind" in data:
+        if data.get("kind") != "StorageVolume":
+            raise ConfigError(f"{source}: expected kind StorageVolume, got {data.get('kind')!r}")
+        metadata = data.get("metadata") or {}
+        raw = metadata.get("annotations") or {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{source}: metadata.annotations must be a mapping")
+        annotations = {str(k): str(v) for k, v in raw.items()}
+        spec = data.get("spec") or {}
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{source}: spec must be a mapping")
+    values: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key in OPERATOR_ONLY_KEYS:
+            continue
+        if key == "compactionWindows":
+            values["compaction_windows"] = _windows(value, f"{source}: compactionWindows")
+            continue
+        if key in _SECTIONS:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{source}: {key} must be a mapping")
+            for sub, sub_value in value.items():
+                _set(values, (key, str(sub)), sub_value, f"{source}: {key}.{sub}")
+            continue
+        _set(values, (None, str(key)), value, f"{source}: {key}")
+    settings = WorkerSettings(**values)
+    if settings.log_format not in ("plain", "json"):
+        raise ConfigError(
+            f"{source}: worker.logFormat must be plain or json, got {settings.log_format!r}"
+        )
+    return VolumeSettings(settings, annotations)
+
+
+def _set(values: dict[str, Any], key: tuple[str | None, str], value: Any, where: str) -> None:
+    entry = _FIELDS.get(key)
+    if entry is None:
+        known = [*sorted(f"{s}.{k}" if s else k for s, k in _FIELDS), "compactionWindows"]
+        raise ConfigError(f"{where}: unknown setting (known: {', '.join(known)})")
+    field, kind, minimum = entry
+    if kind is str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+        values[field] = value
+    else:
+        values[field] = _number(value, kind, minimum, where)
+
+
+def _windows(value: Any, where: str) -> CompactionWindows:
+    if value is None:
+        return CompactionWindows()
+    if not isinstance(value, Mapping):
+        raise ConfigError(f'{where}: expected {{timeZone: ..., windows: ["22:00-06:00"]}}')
+    unknown = set(value) - {"timeZone", "windows"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (timeZone, windows)")
+    windows = value.get("windows") or []
+    if not isinstance(windows, list):
+        raise ConfigError(f"{where}.windows: expected a list of strings")
+    try:
+        return CompactionWindows.parse([str(w) for w in windows], str(value.get("timeZone", "UTC")))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def load_settings(text: str, *, source: str) -> VolumeSettings:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    return parse_settings(data, source=source)

@@ -1,0 +1,154 @@
+"""The worker's status document (``GET /v1/status``), built from in-memory state only.
+
+Per partition: offsets, size, segments, dirty ratio and first dirty offset (compacted logs),
+cleaner state, last clean time and stats, uncleanable flag and reason, what retention would
+delete now, pause flags and why. Per volume: data directories (online, disk usage), cleaner
+threads, settings, the state of the topic and settings files (errors kept until a good file
+replaces them), orphaned logs, compaction windows. JSON-ready: only dicts, lists, strings,
+numbers, booleans and None. No file is read here (disk usage is one statvfs per directory).
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from storagecore.cleaner_manager import cleanable_offsets, log_to_clean
+from storagecore.log import Log
+from storagecore.log_cleaner import LogCleaner
+from storageworker.worker import ConfigStatus, Worker
+
+
+def _config_status(status: ConfigStatus) -> dict[str, Any]:
+    return {
+        "source": status.source,
+        "ok": status.error is None,
+        "error": status.error,
+        "errorSinceMs": status.error_since_ms,
+        "loadedMs": status.loaded_ms,
+    }
+
+
+def partition_status(worker: Worker, log: Log, cleaner: LogCleaner, now_ms: int) -> dict[str, Any]:
+    tp = log.tp
+    state, paused = cleaner.manager.state(tp)
+    controls = worker.controls_for(tp.topic)
+    entry: dict[str, Any] = {
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "dir": str(log.parent_dir),
+        "offline": log.offline,
+        "logStartOffset": log.log_start_offset,
+        "logEndOffset": log.log_end_offset,
+        "sizeBytes": log.size_bytes,
+        "segments": len(log.segments),
+        "cleanupPolicy": ",".join(log.config.cleanup_policy),
+        "cleanerState": state.value if state is not None else "idle",
+        "cleaningPauseCount": paused,
+        "pausedCleaning": controls.pause_cleaning,
+        "pausedRetention": controls.pause_retention,
+        "pauseReasons": list(controls.reasons),
+        "compactNowPending": tp in cleaner.manager.compaction_requests,
+        "uncleanable": tp in cleaner.manager.uncleanable,
+        "uncleanableReason": cleaner.manager.uncleanable.get(tp),
+        "lastCleanMs": cleaner.last_clean_ms.get(tp),
+        "lastClean": None,
+        "dirtyRatio": None,
+        "firstDirtyOffset": None,
+        "retention": None,
+    }
+    stats = cleaner.last_stats.get(tp)
+    if stats is not None:
+        entry["lastClean"] = stats.as_dict()
+    if log.offline:
+        return entry
+    if log.config.compact:
+        checkpoint = cleaner.manager.all_checkpoints().get(tp)
+        offsets = cleanable_offsets(log, checkpoint, now_ms)
+        to_clean = log_to_clean(log, offsets, now_ms)
+        entry["dirtyRatio"] = round(to_clean.cleanable_ratio, 6)
+        entry["firstDirtyOffset"] = offsets.first_dirty_offset
+        entry["maxCompactionDelayMs"] = to_clean.max_compaction_delay_ms
+    plan = log.plan_retention(now_ms)
+    entry["retention"] = {
+        "segmentsDue": len(plan.deletions),
+        "bytesDue": plan.deleted_bytes,
+        "rules": sorted({d.rule.value for d in plan.deletions}),
+        "logStartOffsetAfter": plan.log_start_offset_after,
+    }
+    return entry
+
+
+def volume_status(worker: Worker) -> dict[str, Any]:
+    now = worker.clock.milliseconds()
+    settings = worker.settings
+    document: dict[str, Any] = {
+        "state": worker.state,
+        "nowMs": now,
+        "config": {
+            "topics": _config_status(worker.topics_status),
+            "settings": _config_status(worker.settings_status),
+            "reloads": worker.counters.reloads,
+            "errors": worker.counters.errors,
+            "pendingRestart": list(worker.pending_restart),
+        },
+        "settings": {
+            "cleanerThreads": settings.cleaner_threads,
+            "dedupeBufferBytes": settings.dedupe_buffer_bytes,
+            "ioMaxBytesPerSecond": (
+                None
+                if settings.io_max_bytes_per_second == float("inf")
+                else settings.io_max_bytes_per_second
+            ),
+            "retentionCheckIntervalMs": settings.retention_check_interval_ms,
+            "compactionWindows": settings.compaction_windows.describe(),
+        },
+        "compactionWindowOpen": settings.compaction_windows.is_open(now),
+        "topics": sorted(worker.topics),
+        "orphanedLogs": list(worker.orphans),
+        "undeclaredPartitions": list(worker.extra_partitions),
+        "dirs": [],
+        "cleaner": None,
+        "partitions": [],
+    }
+    manager, cleaner = worker.log_manager, worker.cleaner
+    if manager is None or cleaner is None:
+        return document
+    for path in manager.log_dirs:
+        online = path in manager.online_dirs
+        usage = None
+        if online:
+            try:
+                disk = shutil.disk_usage(path)
+                usage = {"totalBytes": disk.total, "usedBytes": disk.used, "freeBytes": disk.free}
+            except OSError:
+                usage = None
+        document["dirs"].append(
+            {
+                "path": str(path),
+                "online": online,
+                "error": manager.dir_error(path),
+                "disk": usage,
+                "logBytes": sum(
+                    log.size_bytes for log in manager.logs.values() if log.parent_dir == path
+                ),
+            }
+        )
+    gauges = cleaner.gauges()
+    document["cleaner"] = {
+        "threads": cleaner.thread_states(),
+        "aliveThreads": cleaner.alive_threads,
+        "roundsTotal": cleaner.rounds_total,
+        "threadErrors": cleaner.thread_errors,
+        "lastError": cleaner.last_error,
+        "maxDirtyPercent": gauges.max_dirty_percent,
+        "timeSinceLastRunMs": gauges.time_since_last_run_ms,
+        "maxCompactionDelayMs": gauges.max_compaction_delay_ms,
+        "uncleanablePartitions": gauges.uncleanable_partitions,
+        "uncleanableBytes": gauges.uncleanable_bytes,
+        "throttleWaitSeconds": cleaner.throttler.total_wait_s,
+    }
+    document["partitions"] = [
+        partition_status(worker, log, cleaner, now) for _, log in sorted(manager.logs.items())
+    ]
+    return document

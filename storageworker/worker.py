@@ -1,0 +1,406 @@
+"""The worker: one LogManager and its LogCleaner over a volume, driven by files.
+
+Lifecycle: :meth:`Worker.__init__` reads the settings and the topic set (nothing is opened);
+:meth:`Worker.start` loads every log (recovery as needed), creates the declared partitions,
+applies the controls, starts the cleaner threads and the scheduler; :meth:`Worker.shutdown`
+stops new work, aborts running cleans, flushes, writes every checkpoint and the clean-shutdown
+marker. Status and metrics read the worker's state (:mod:`storageworker.status`).
+
+Reloads (every ``configReloadIntervalMs``): a topic file or settings file whose content changed
+is parsed; if it fails to parse or validate, the last good configuration stays in force and the
+error is reported (status, ``logkeeper_config_errors_total``, the log). Nothing is ever deleted
+because a file is broken or empty: a topic is deleted only when it disappears from a set that
+parsed, and only if its last declared ``spec.deletionPolicy`` was ``Delete``; otherwise its logs
+stay, reported as orphaned.
+
+Invariant: everything the worker writes or deletes is inside its data directories (through
+storagecore, DESIGN invariant 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from storagecore.cleaner_manager import CleaningState
+from storagecore.clock import Clock, SystemClock
+from storagecore.config import LogConfig, TopicPartition, TopicSpec
+from storagecore.errors import ConfigError, StorageError
+from storagecore.log_cleaner import LogCleaner
+from storagecore.log_manager import LogManager
+from storageworker.controls import (
+    VOLUME,
+    ApiHolds,
+    TopicControls,
+    compact_now_token,
+    topic_controls,
+)
+from storageworker.scheduler import Scheduler
+from storageworker.settings import VolumeSettings, WorkerSettings, load_settings
+from storageworker.topics import TopicSources, parse_topic_sources, read_topic_sources
+
+logger = logging.getLogger(__name__)
+
+#: How long a pause waits for a running clean to abort before giving up (it stays pending).
+PAUSE_WAIT_S = 30.0
+
+
+@dataclasses.dataclass(slots=True)
+class ConfigStatus:
+    """What the last reload of one file said."""
+
+    source: str
+    fingerprint: str | None = None
+    error: str | None = None
+    error_since_ms: int | None = None
+    loaded_ms: int | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class ConfigCounters:
+    reloads: int = 0
+    errors: int = 0
+
+
+class Worker:
+    def __init__(
+        self,
+        data_dirs: Sequence[Path],
+        topics_path: Path,
+        settings_path: Path | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.data_dirs = [Path(d) for d in data_dirs]
+        self.topics_path = Path(topics_path)
+        self.settings_path = Path(settings_path) if settings_path is not None else None
+        self.clock = clock or SystemClock()
+        self.state = "starting"
+        self._lock = threading.RLock()
+        self.counters = ConfigCounters()
+        self.topics_status = ConfigStatus(str(self.topics_path))
+        self.settings_status = ConfigStatus(str(self.settings_path or "<defaults>"))
+        # A broken settings file at start is fatal (there is no last good one to keep);
+        # a broken topic set is not: logs are still loaded and served, nothing is deleted.
+        self.volume = self._read_settings_or_raise()
+        self.pending_restart: list[str] = []
+        self.topics: dict[str, TopicSpec] = {}
+        self._previous_topics: dict[str, TopicSpec] = {}
+        self._reload_topics(initial=True)
+        self.holds = ApiHolds()
+        self._compact_now_seen: dict[str, str] = {}
+        self._paused_cleaning: set[TopicPartition] = set()
+        self.orphans: list[str] = []
+        self.extra_partitions: list[str] = []
+        self.log_manager: LogManager | None = None
+        self.cleaner: LogCleaner | None = None
+        self.scheduler = Scheduler(self.clock)
+
+    @property
+    def settings(self) -> WorkerSettings:
+        return self.volume.settings
+
+    # -- files ---------------------------------------------------------------------------------
+    def _read_settings_or_raise(self) -> VolumeSettings:
+        if self.settings_path is None:
+            return VolumeSettings(WorkerSettings(), {})
+        try:
+            text = self.settings_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{self.settings_path}: cannot read the settings: {exc}") from None
+        volume = load_settings(text, source=str(self.settings_path))
+        self.settings_status.fingerprint = _fingerprint(text)
+        self.settings_status.loaded_ms = self.clock.milliseconds()
+        return volume
+
+    def _record_error(self, status: ConfigStatus, message: str) -> None:
+        if status.error != message:
+            logger.error("Configuration rejected, the last good one stays in force: %s", message)
+        if status.error is None:
+            status.error_since_ms = self.clock.milliseconds()
+        status.error = message
+        self.counters.errors += 1
+
+    def _reload_topics(self, *, initial: bool = False) -> bool:
+        """Re-read the topic files; True when a new, valid set was taken."""
+        status = self.topics_status
+        try:
+            sources: TopicSources = read_topic_sources(self.topics_path)
+            if sources.fingerprint == status.fingerprint:
+                return False
+            topics = parse_topic_sources(sources)
+        except ConfigError as exc:
+            self._record_error(status, str(exc))
+            return False
+        status.fingerprint = sources.fingerprint
+        status.error = status.error_since_ms = None
+        status.loaded_ms = self.clock.milliseconds()
+        with self._lock:
+            previous, self.topics = self.topics, topics
+        if not initial:
+            self.counters.reloads += 1
+            logger.info("Topic set reloaded: %d topics", len(topics))
+        self._previous_topics = previous
+        return True
+
+    def _reload_settings(self) -> bool:
+        if self.settings_path is None:
+            return False
+        status = self.settings_status
+        try:
+            text = self.settings_path.read_text(encoding="utf-8")
+            if _fingerprint(text) == status.fingerprint:
+                return False
+            volume = load_settings(text, source=str(self.settings_path))
+        except OSError as exc:
+            self._record_error(status, f"{self.settings_path}: cannot read the settings: {exc}")
+            return False
+        except ConfigError as exc:
+            self._record_error(status, str(exc))
+            return False
+        status.fingerprint = _fingerprint(text)
+        status.error = status.error_since_ms = None
+        status.loaded_ms = self.clock.milliseconds()
+        old, self.volume = self.settings, volume
+        self.counters.reloads += 1
+        self._apply_settings(old, volume.settings)
+        logger.info("Settings reloaded from %s", self.settings_path)
+        return True
+
+    def _apply_settings(self, old: WorkerSettings, new: WorkerSettings) -> None:
+        for name, interval in self._intervals(new).items():
+            self.scheduler.set_interval(name, interval)
+        cleaner = self.cleaner
+        if cleaner is not None:
+            cleaner.throttler.set_rate(new.io_max_bytes_per_second)
+            cleaner.lag_lead_ms = new.compaction_lag_lead_ms
+        restart = [
+            key
+            for key, changed in (
+                ("cleaner.threads", old.cleaner_threads != new.cleaner_threads),
+                ("cleaner.dedupeBufferBytes", old.dedupe_buffer_bytes != new.dedupe_buffer_bytes),
+                ("cleaner.backoffMs", old.backoff_ms != new.backoff_ms),
+                ("worker.adminTokenFile", old.admin_token_file != new.admin_token_file),
+                ("worker.logFormat", old.log_format != new.log_format),
+            )
+            if changed
+        ]
+        if restart:
+            logger.warning("Settings %s take effect at the next restart", ", ".join(restart))
+        self.pending_restart = sorted(set(self.pending_restart) | set(restart))
+
+    # -- start and stop ------------------------------------------------------------------------
+    def _config_for(self, topic: str) -> LogConfig:
+        spec = self.topics.get(topic)
+        return spec.config if spec is not None else LogConfig()
+
+    def _window_open(self, now_ms: int) -> bool:
+        return self.settings.compaction_windows.is_open(now_ms)
+
+    @staticmethod
+    def _intervals(settings: WorkerSettings) -> dict[str, int]:
+        return {
+            "retention": settings.retention_check_interval_ms,
+            "flush": settings.flush_check_interval_ms,
+            "checkpoint": settings.checkpoint_interval_ms,
+            "delete": settings.delete_check_interval_ms,
+            "reload": settings.config_reload_interval_ms,
+        }
+
+    def start(self, *, background: bool = True) -> None:
+        """Load the logs and apply the topic set; with ``background`` also start the cleaner
+        threads and the scheduler (tests drive both by hand with ``background=False``)."""
+        manager = LogManager(self.data_dirs, config_for=self._config_for, clock=self.clock)
+        self.log_manager = manager
+        settings = self.settings
+        self.cleaner = LogCleaner(
+            manager,
+            settings.cleaner_config(),
+            clock=self.clock,
+            may_start_new_work=self._window_open,
+            lag_lead_ms=settings.compaction_lag_lead_ms,
+        )
+        self._previous_topics = {}
+        self.apply_topics()
+        tasks = {
+            "retention": self._run_retention,
+            "flush": manager.flush_dirty_logs,
+            "checkpoint": manager.checkpoint_recovery_points_and_log_start_offsets,
+            "delete": self._run_deletes,
+            "reload": self.reload,
+        }
+        for name, interval in self._intervals(settings).items():
+            # Retention waits one interval after start, as Kafka's (InitialTaskDelayMs).
+            self.scheduler.schedule(name, interval, tasks[name], delay_ms=interval)
+        if background:
+            self.cleaner.start()
+            self.scheduler.start()
+        self.state = "running"
+        logger.info(
+            "Worker running: %d logs in %s, %d topics declared",
+            len(manager.logs),
+            ", ".join(str(d) for d in self.data_dirs),
+            len(self.topics),
+        )
+
+    def shutdown(self) -> None:
+        """Stop new work, abort running cleans (their ``.cleaned`` files go), flush, write the
+        checkpoints and the clean-shutdown marker."""
+        with self._lock:
+            if self.state in ("stopping", "stopped"):
+                return
+            self.state = "stopping"
+        self.scheduler.shutdown()
+        if self.cleaner is not None:
+            self.cleaner.shutdown(timeout_s=max(self.settings.shutdown_grace_period_ms / 2000, 1))
+        if self.log_manager is not None:
+            self.log_manager.shutdown()
+        self.state = "stopped"
+        logger.info("Worker stopped cleanly")
+
+    # -- scheduled work ------------------------------------------------------------------------
+    def _run_retention(self) -> None:
+        manager, cleaner = self._require()
+        for plan in manager.cleanup_logs(cleaner.manager):
+            logger.info(
+                "Retention deleted %d segments (%d bytes) of %s; log start offset %d -> %d",
+                len(plan.deletions),
+                plan.deleted_bytes,
+                plan.tp,
+                plan.log_start_offset_before,
+                plan.log_start_offset_after,
+            )
+
+    def _run_deletes(self) -> None:
+        manager, _ = self._require()
+        manager.delete_expired_segment_files()
+        manager.delete_expired_logs()
+
+    def reload(self) -> None:
+        """Re-read both files and apply what changed (the ``reload`` task)."""
+        self._reload_settings()
+        self._reload_topics()
+        # Annotations and API holds are applied on every pass: cheap, and a pause that could
+        # not be applied (a clean that did not abort in time) is retried.
+        self.apply_topics()
+
+    def _require(self) -> tuple[LogManager, LogCleaner]:
+        assert self.log_manager is not None and self.cleaner is not None, "worker not started"
+        return self.log_manager, self.cleaner
+
+    # -- the topic set -------------------------------------------------------------------------
+    def apply_topics(self) -> None:
+        """Make the logs match the topic set and the controls (idempotent)."""
+        manager, cleaner = self._require()
+        with self._lock:
+            topics = dict(self.topics)
+            previous = self._previous_topics
+            self._previous_topics = topics
+        existing = manager.logs
+        for name, spec in topics.items():
+            for partition in range(spec.partitions):
+                tp = TopicPartition(name, partition)
+                log = existing.get(tp)
+                if log is None:
+                    try:
+                        manager.get_or_create_log(tp, spec.config)
+                    except StorageError as exc:
+                        logger.error("Cannot create %s: %s", tp, exc)
+                elif log.config != spec.config:
+                    log.update_config(spec.config)
+                    logger.info("Configuration of %s updated", tp)
+        # Topics gone from a set that parsed: deleted only if they asked for it.
+        for name, spec in previous.items():
+            if name in topics or spec.deletion_policy != "Delete":
+                continue
+            for tp in [tp for tp in manager.logs if tp.topic == name]:
+                logger.warning("Topic %s left the topic set with deletionPolicy Delete", name)
+                try:
+                    cleaner.delete_log(tp)
+                except StorageError as exc:
+                    logger.error("Cannot delete %s: %s", tp, exc)
+        logs = manager.logs
+        self.orphans = sorted(str(tp) for tp in logs if tp.topic not in topics)
+        self.extra_partitions = sorted(
+            str(tp)
+            for tp in logs
+            if tp.topic in topics and tp.partition >= topics[tp.topic].partitions
+        )
+        self._apply_controls(topics, logs.keys())
+
+    def controls_for(self, topic: str) -> TopicControls:
+        spec = self.topics.get(topic)
+        return topic_controls(
+            topic, spec.annotations if spec else {}, self.volume.annotations, self.holds
+        )
+
+    def _apply_controls(self, topics: dict[str, TopicSpec], tps: Any) -> None:
+        manager, cleaner = self._require()
+        all_tps = sorted(tps)
+        controls = {topic: self.controls_for(topic) for topic in {tp.topic for tp in all_tps}}
+        manager.set_retention_paused(tp for tp in all_tps if controls[tp.topic].pause_retention)
+        want_paused = {tp for tp in all_tps if controls[tp.topic].pause_cleaning}
+        for tp in sorted(want_paused - self._paused_cleaning):
+            # LogCleaningInProgress -> LogCleaningAborted -> LogCleaningPaused: a running clean
+            # stops at its next check and leaves no files. If it takes longer than the wait,
+            # the pause still lands when it stops (done_cleaning turns Aborted into Paused).
+            try:
+                cleaner.manager.abort_and_pause(tp, PAUSE_WAIT_S)
+            except TimeoutError as exc:
+                logger.warning("Pausing cleaning of %s: %s; it pauses when it stops", tp, exc)
+            self._paused_cleaning.add(tp)
+            logger.info("Cleaning of %s paused", tp)
+        for tp in sorted(self._paused_cleaning - want_paused):
+            state, _ = cleaner.manager.state(tp)
+            if state is CleaningState.ABORTED:
+                continue  # still stopping: resume on a later pass
+            self._paused_cleaning.discard(tp)
+            if state is CleaningState.PAUSED and tp in manager.logs:
+                cleaner.manager.resume(tp)
+                logger.info("Cleaning of %s resumed", tp)
+        # compact-now: a value not seen before asks for one pass (topic or volume-wide).
+        scopes = [("", self.volume.annotations)]
+        scopes += [(name, spec.annotations) for name, spec in topics.items()]
+        for scope, scope_annotations in scopes:
+            token = compact_now_token(scope_annotations)
+            key = scope or VOLUME
+            if token is None:
+                self._compact_now_seen.pop(key, None)
+                continue
+            if self._compact_now_seen.get(key) == token:
+                continue
+            self._compact_now_seen[key] = token
+            self.compact_now(None if scope == "" else scope)
+
+    # -- admin verbs ---------------------------------------------------------------------------
+    def compact_now(self, topic: str | None) -> list[TopicPartition]:
+        """Ask for one cleaning pass of every compacted partition of ``topic`` (None: all),
+        whatever its dirty ratio; the cleaner threads serve it next."""
+        manager, cleaner = self._require()
+        chosen = [
+            tp
+            for tp, log in manager.logs.items()
+            if (topic is None or tp.topic == topic) and log.config.compact
+        ]
+        for tp in chosen:
+            cleaner.manager.request_compaction(tp)
+        if chosen:
+            logger.info("Compaction requested for %s", ", ".join(str(tp) for tp in chosen))
+        return chosen
+
+    def control(self, verb: str, topic: str | None) -> None:
+        """An admin API pause or resume, for ``topic`` or (None) the whole volume."""
+        if topic is not None and topic not in self.topics:
+            raise ConfigError(f"unknown topic {topic!r}")
+        with self._lock:
+            self.holds = self.holds.apply(verb, VOLUME if topic is None else topic)
+        self.apply_topics()
+
+
+def _fingerprint(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
