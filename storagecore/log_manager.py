@@ -166,6 +166,10 @@ class LogManager:
     def offline_dirs(self) -> list[Path]:
         return [d.path for d in self._dirs.values() if not d.online]
 
+    def had_clean_shutdown(self, path: Path) -> bool:
+        """Whether ``path`` was found with Kafka's clean-shutdown marker (no recovery ran)."""
+        return self._dirs[path].had_clean_shutdown
+
     def dir_error(self, path: Path) -> str | None:
         return self._dirs[path].error
 

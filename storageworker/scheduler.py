@@ -86,7 +86,9 @@ class Scheduler:
             task.runs += 1
             task.last_run_ms = self.clock.milliseconds()
             # Kafka's fixed-rate scheduling, without piling up runs after a stall.
-            task.next_due_ms = max(task.next_due_ms + task.interval_ms, now)
+            task.next_due_ms += task.interval_ms
+            if task.next_due_ms <= now:
+                task.next_due_ms = now + task.interval_ms
             ran.append(task.name)
         return ran
 

@@ -127,6 +127,7 @@ def volume_status(worker: Worker) -> dict[str, Any]:
             {
                 "path": str(path),
                 "online": online,
+                "hadCleanShutdown": manager.had_clean_shutdown(path),
                 "error": manager.dir_error(path),
                 "disk": usage,
                 "logBytes": sum(

@@ -56,6 +56,9 @@ class ConfigStatus:
 
     source: str
     fingerprint: str | None = None
+    """Of the content in force (the last good)."""
+    seen: str | None = None
+    """Of the content read last (good or not): unchanged content is not parsed again."""
     error: str | None = None
     error_since_ms: int | None = None
     loaded_ms: int | None = None
@@ -114,7 +117,7 @@ class Worker:
         except OSError as exc:
             raise ConfigError(f"{self.settings_path}: cannot read the settings: {exc}") from None
         volume = load_settings(text, source=str(self.settings_path))
-        self.settings_status.fingerprint = _fingerprint(text)
+        self.settings_status.fingerprint = self.settings_status.seen = _fingerprint(text)
         self.settings_status.loaded_ms = self.clock.milliseconds()
         return volume
 
@@ -126,12 +129,24 @@ class Worker:
         status.error = message
         self.counters.errors += 1
 
+    @staticmethod
+    def _changed(status: ConfigStatus, fingerprint: str) -> bool:
+        """Whether content with ``fingerprint`` needs parsing: it differs from what was read
+        last, and from what is in force (back to the good content clears the error)."""
+        if fingerprint == status.seen:
+            return False
+        status.seen = fingerprint
+        if fingerprint == status.fingerprint:
+            status.error = status.error_since_ms = None
+            return False
+        return True
+
     def _reload_topics(self, *, initial: bool = False) -> bool:
         """Re-read the topic files; True when a new, valid set was taken."""
         status = self.topics_status
         try:
             sources: TopicSources = read_topic_sources(self.topics_path)
-            if sources.fingerprint == status.fingerprint:
+            if not self._changed(status, sources.fingerprint):
                 return False
             topics = parse_topic_sources(sources)
         except ConfigError as exc:
@@ -154,7 +169,7 @@ class Worker:
         status = self.settings_status
         try:
             text = self.settings_path.read_text(encoding="utf-8")
-            if _fingerprint(text) == status.fingerprint:
+            if not self._changed(status, _fingerprint(text)):
                 return False
             volume = load_settings(text, source=str(self.settings_path))
         except OSError as exc:

@@ -1,0 +1,301 @@
+"""The worker over real directories on a manual clock: the topic set, reloads, deletion
+policies, controls, compaction windows and lag forcing. Background threads are not started;
+the tests run the scheduled work by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storagecore import NewRecord, TopicPartition, build_batch
+from storagecore.cleaner_manager import CleaningState
+from storagecore.clock import ManualClock
+from storagecore.errors import ConfigError
+from storageworker.controls import COMPACT_NOW, PAUSE_CLEANING, PAUSE_RETENTION
+from storageworker.status import volume_status
+from storageworker.worker import Worker
+
+START_MS = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
+
+
+def topic_yaml(
+    name: str,
+    partitions: int = 1,
+    config: dict[str, object] | None = None,
+    *,
+    policy: str | None = None,
+    annotations: dict[str, str] | None = None,
+) -> str:
+    lines = [
+        "apiVersion: logkeeper.io/v1alpha1",
+        "kind: Topic",
+        "metadata:",
+        f"  name: {name}",
+    ]
+    if annotations:
+        lines.append("  annotations:")
+        lines += [f'    {k}: "{v}"' for k, v in annotations.items()]
+    lines += ["spec:", f"  partitions: {partitions}"]
+    if policy:
+        lines.append(f"  deletionPolicy: {policy}")
+    if config:
+        lines.append("  config:")
+        lines += [f'    {k}: "{v}"' for k, v in config.items()]
+    return "\n".join(lines) + "\n"
+
+
+COMPACTED = {"cleanup.policy": "compact", "segment.bytes": 1024, "min.cleanable.dirty.ratio": 0.01}
+
+
+class Setup:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.topics = root / "topics"
+        self.topics.mkdir()
+        self.settings = root / "settings.yaml"
+        self.settings.write_text("cleaner: {dedupeBufferBytes: 1048576}\n", encoding="utf-8")
+        self.clock = ManualClock(START_MS)
+        self.worker: Worker | None = None
+
+    def declare(self, *documents: str, file: str = "topics.yaml") -> None:
+        (self.topics / file).write_text("---\n".join(documents), encoding="utf-8")
+
+    def start(self) -> Worker:
+        self.worker = Worker([self.root / "data"], self.topics, self.settings, clock=self.clock)
+        self.worker.start(background=False)
+        return self.worker
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    s = Setup(tmp_path)
+    yield s
+    if s.worker is not None:
+        s.worker.shutdown()
+
+
+def fill(worker: Worker, tp: TopicPartition, rounds: int = 5, keys: int = 5) -> None:
+    assert worker.log_manager is not None
+    log = worker.log_manager.get_log(tp)
+    for r in range(rounds):
+        log.append(
+            build_batch(
+                [
+                    NewRecord(key=b"k%d" % k, value=b"v%d-" % r + b"x" * 60, timestamp=START_MS)
+                    for k in range(keys)
+                ]
+            )
+        )
+    log.roll()
+
+
+def test_declared_partitions_are_created_and_grow_but_never_shrink(setup: Setup) -> None:
+    setup.declare(topic_yaml("orders", 2), topic_yaml("profiles", 1, COMPACTED))
+    worker = setup.start()
+    assert worker.log_manager is not None
+    assert sorted(map(str, worker.log_manager.logs)) == ["orders-0", "orders-1", "profiles-0"]
+    assert worker.log_manager.get_log(TopicPartition("profiles", 0)).config.compact
+    setup.declare(topic_yaml("orders", 3, {"retention.ms": 1000}), topic_yaml("profiles", 1))
+    worker.reload()
+    orders2 = worker.log_manager.get_log(TopicPartition("orders", 2))
+    assert orders2.config.retention_ms == 1000
+    assert worker.log_manager.get_log(TopicPartition("orders", 0)).config.retention_ms == 1000
+    assert not worker.log_manager.get_log(TopicPartition("profiles", 0)).config.compact
+    assert worker.counters.reloads == 1
+    setup.declare(topic_yaml("orders", 1), topic_yaml("profiles", 1))
+    worker.reload()
+    assert TopicPartition("orders", 2) in worker.log_manager.logs  # never shrinks
+    assert worker.extra_partitions == ["orders-1", "orders-2"]
+
+
+def test_topics_from_several_files_and_hidden_entries_skipped(setup: Setup) -> None:
+    setup.declare(topic_yaml("a"), file="a.yaml")
+    setup.declare(topic_yaml("b"), file="b.yml")
+    setup.declare("not: [valid", file="..data")  # a ConfigMap's hidden entry
+    worker = setup.start()
+    assert sorted(worker.topics) == ["a", "b"]
+    setup.declare(topic_yaml("a"), file="b.yml")
+    worker.reload()
+    assert worker.topics_status.error is not None
+    assert "'a' is also declared" in worker.topics_status.error
+
+
+def test_a_broken_topic_file_keeps_the_last_good_set_and_deletes_nothing(setup: Setup) -> None:
+    setup.declare(topic_yaml("keep", 2, policy="Delete"))
+    worker = setup.start()
+    assert worker.log_manager is not None
+    fill(worker, TopicPartition("keep", 0))
+    before = sorted(p.name for p in (setup.root / "data").rglob("*"))
+    for broken in ("kind: Topic\nspec: [", topic_yaml("keep", 1, {"retention.mss": 5}), ""):
+        setup.declare(broken)
+        worker.reload()
+        if broken:
+            assert worker.topics_status.error is not None
+            assert sorted(worker.topics) == ["keep"]
+    # An empty file parses (no topics): "keep" is gone from a good set, and it asked for
+    # deletion. The two broken versions before it deleted nothing and counted two errors.
+    assert worker.counters.errors >= 2
+    assert TopicPartition("keep", 0) not in worker.log_manager.logs
+    setup.declare(topic_yaml("keep", 2, policy="Delete"))
+    worker.reload()
+    assert worker.topics_status.error is None
+    assert before  # the data existed
+
+
+def test_broken_file_then_fixed_clears_the_error(setup: Setup) -> None:
+    setup.declare(topic_yaml("t", 1, policy="Delete"))
+    worker = setup.start()
+    assert worker.log_manager is not None
+    fill(worker, TopicPartition("t", 0))
+    files_before = sorted(p.name for p in (setup.root / "data" / "t-0").iterdir())
+    setup.declare(
+        "apiVersion: logkeeper.io/v1alpha1\nkind: Topic\nmetadata: {name: t}\n"
+        "spec: {partitions: zero}\n"
+    )
+    worker.reload()
+    status = volume_status(worker)
+    assert not status["config"]["topics"]["ok"]
+    assert "spec.partitions" in status["config"]["topics"]["error"]
+    assert sorted(p.name for p in (setup.root / "data" / "t-0").iterdir()) == files_before
+    setup.declare(topic_yaml("t", 1, policy="Delete"))
+    worker.reload()
+    assert volume_status(worker)["config"]["topics"]["ok"]
+
+
+def test_removed_topic_retained_unless_its_policy_is_delete(setup: Setup) -> None:
+    setup.declare(topic_yaml("kept", 1), topic_yaml("dropped", 1, policy="Delete"))
+    worker = setup.start()
+    assert worker.log_manager is not None
+    setup.declare(topic_yaml("other", 1))
+    worker.reload()
+    assert TopicPartition("kept", 0) in worker.log_manager.logs
+    assert worker.orphans == ["kept-0"]
+    assert TopicPartition("dropped", 0) not in worker.log_manager.logs
+    assert any(p.name.endswith("-delete") for p in (setup.root / "data").iterdir())
+    assert volume_status(worker)["orphanedLogs"] == ["kept-0"]
+
+
+def test_pause_cleaning_annotation_and_api_hold(setup: Setup) -> None:
+    setup.declare(topic_yaml("c", 1, COMPACTED, annotations={PAUSE_CLEANING: "true"}))
+    worker = setup.start()
+    assert worker.cleaner is not None
+    tp = TopicPartition("c", 0)
+    fill(worker, tp)
+    assert worker.cleaner.manager.state(tp) == (CleaningState.PAUSED, 1)
+    assert worker.cleaner.clean_filthiest() is None  # paused: not chosen
+    setup.declare(topic_yaml("c", 1, COMPACTED))
+    worker.reload()
+    assert worker.cleaner.manager.state(tp) == (None, 0)
+    worker.control("pause-cleaning", "c")
+    assert worker.cleaner.manager.state(tp) == (CleaningState.PAUSED, 1)
+    worker.control("resume-cleaning", "c")
+    stats = worker.cleaner.clean_filthiest()
+    assert stats is not None and stats.messages_written < stats.messages_read
+    with pytest.raises(ConfigError, match="unknown topic 'nope'"):
+        worker.control("pause-cleaning", "nope")
+
+
+def test_pause_retention_keeps_segments_until_resumed(setup: Setup) -> None:
+    config = {"retention.ms": 1000, "segment.bytes": 1024, "file.delete.delay.ms": 0}
+    setup.declare(topic_yaml("r", 1, config, annotations={PAUSE_RETENTION: "true"}))
+    worker = setup.start()
+    assert worker.log_manager is not None
+    tp = TopicPartition("r", 0)
+    fill(worker, tp)
+    segments = len(worker.log_manager.get_log(tp).segments)
+    setup.clock.advance(10_000)
+    worker._run_retention()
+    assert len(worker.log_manager.get_log(tp).segments) == segments
+    setup.declare(topic_yaml("r", 1, config))
+    worker.reload()
+    worker._run_retention()
+    assert len(worker.log_manager.get_log(tp).segments) < segments
+    assert worker.log_manager.retention_totals.segments_deleted > 0
+
+
+def test_compact_now_annotation_asks_once_per_new_value(setup: Setup) -> None:
+    lazy = {**COMPACTED, "min.cleanable.dirty.ratio": 1.0}  # never above it
+    setup.declare(topic_yaml("c", 1, lazy))
+    worker = setup.start()
+    assert worker.cleaner is not None
+    tp = TopicPartition("c", 0)
+    fill(worker, tp)
+    assert worker.cleaner.clean_filthiest() is None  # below its dirty ratio
+    setup.declare(topic_yaml("c", 1, lazy, annotations={COMPACT_NOW: "2026-11-21T10:00"}))
+    worker.reload()
+    assert tp in worker.cleaner.manager.compaction_requests
+    assert worker.cleaner.clean_filthiest() is not None
+    fill(worker, tp)
+    worker.reload()  # same value: no new request
+    assert tp not in worker.cleaner.manager.compaction_requests
+    setup.declare(topic_yaml("c", 1, lazy, annotations={COMPACT_NOW: "again"}))
+    worker.reload()
+    assert tp in worker.cleaner.manager.compaction_requests
+
+
+def test_compaction_windows_and_lag_forcing_on_a_fake_clock(setup: Setup) -> None:
+    # START_MS is 22:13 UTC: outside a 01:00-02:00 window.
+    setup.settings.write_text(
+        "cleaner: {dedupeBufferBytes: 1048576}\n"
+        "compactionWindows: {timeZone: UTC, windows: ['01:00-02:00']}\n"
+        "compactionLagLeadMs: 60000\n",
+        encoding="utf-8",
+    )
+    lagged = {**COMPACTED, "max.compaction.lag.ms": 3_600_000}
+    setup.declare(topic_yaml("plain", 1, COMPACTED), topic_yaml("lagged", 1, lagged))
+    worker = setup.start()
+    assert worker.cleaner is not None
+    fill(worker, TopicPartition("plain", 0))
+    fill(worker, TopicPartition("lagged", 0))
+    assert not volume_status(worker)["compactionWindowOpen"]
+    assert worker.cleaner.clean_filthiest() is None  # closed, and no lag is near
+    # 59 minutes later the lagged log is within a minute of its max.compaction.lag.ms.
+    setup.clock.advance(59 * 60_000 + 1)
+    stats = worker.cleaner.clean_filthiest()
+    assert stats is not None and stats.topic_partition == "lagged-0"
+    assert worker.cleaner.clean_filthiest() is None  # the other one still waits
+    # Compact-now is served outside the window.
+    worker.compact_now("plain")
+    stats = worker.cleaner.clean_filthiest()
+    assert stats is not None and stats.topic_partition == "plain-0"
+    fill(worker, TopicPartition("plain", 0))
+    # Inside the window (01:30 the next day) the ordinary dirty-ratio rule applies.
+    setup.clock.set(START_MS + (3 * 60 + 17) * 60_000)
+    assert volume_status(worker)["compactionWindowOpen"]
+    stats = worker.cleaner.clean_filthiest()
+    assert stats is not None and stats.topic_partition == "plain-0"
+
+
+def test_settings_reload_applies_live_values_and_reports_the_rest(setup: Setup) -> None:
+    worker = setup.start()
+    setup.settings.write_text(
+        "cleaner: {dedupeBufferBytes: 2097152, ioMaxBytesPerSecond: 1048576}\n"
+        "retentionCheckIntervalMs: 1234\n",
+        encoding="utf-8",
+    )
+    worker.reload()
+    assert worker.scheduler.tasks["retention"].interval_ms == 1234
+    assert worker.pending_restart == ["cleaner.dedupeBufferBytes"]
+    setup.settings.write_text("cleaner: {threads: -1}\n", encoding="utf-8")
+    worker.reload()
+    assert worker.settings.retention_check_interval_ms == 1234  # the last good stays
+    assert "cleaner.threads" in (worker.settings_status.error or "")
+
+
+def test_status_document_describes_partitions(setup: Setup) -> None:
+    setup.declare(topic_yaml("c", 1, COMPACTED))
+    worker = setup.start()
+    assert worker.cleaner is not None
+    fill(worker, TopicPartition("c", 0))
+    worker.cleaner.clean_filthiest()
+    status = volume_status(worker)
+    (entry,) = status["partitions"]
+    assert entry["topic"] == "c" and entry["cleanupPolicy"] == "compact"
+    assert entry["logEndOffset"] == 25 and entry["segments"] >= 2
+    assert entry["lastClean"]["messages_read"] == 25
+    assert entry["cleanerState"] == "idle" and not entry["uncleanable"]
+    assert entry["firstDirtyOffset"] == 25 and entry["dirtyRatio"] == 0.0
+    assert status["dirs"][0]["online"] and status["dirs"][0]["disk"]["totalBytes"] > 0
+    assert status["cleaner"]["roundsTotal"] == 1
