@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory for the demo (default ./demo-data)",
     )
     p.add_argument("--records", type=int, default=20_000, help="records to produce (default 20000)")
+    p.add_argument(
+        "--linger",
+        type=float,
+        default=20.0,
+        help="seconds the demo worker keeps serving its status and metrics at the end (default 20)",
+    )
     return parser
 
 
@@ -549,7 +555,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from logkeeper.demo import run_demo
 
-    return run_demo(args.dir, records=args.records)
+    return run_demo(args.dir, records=args.records, linger_s=args.linger)
 
 
 if __name__ == "__main__":  # pragma: no cover

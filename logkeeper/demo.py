@@ -1,17 +1,27 @@
 """``logkeeper demo``: the embedded default, run over a local directory.
 
-Creates the example topics (``examples/topics.yaml``), produces keyed traffic with every codec,
-reads it back, looks offsets up by timestamp, deletes records below an offset, simulates a crash
-with a torn write and shows the recovery, then verifies the directory and prints a report.
+Part 1, the engine: creates the example topics (``examples/topics.yaml``), produces keyed
+traffic with every codec, reads it back, looks offsets up by timestamp, deletes records below an
+offset, simulates a crash with a torn write and shows the recovery.
+
+Part 2, the worker: runs the same worker as ``logkeeper serve`` over the directory, on a clock
+that runs 12 hours per second, with its HTTP port on loopback (status and metrics URLs are
+printed). With cleaning and retention paused it takes a keyed workload with updates and
+tombstones, reports the logs ("before"), resumes both and waits until compaction and retention
+have settled, then reports again ("after") with the cleaner's stats and what retention deleted.
+The worker keeps serving for ``--linger`` seconds for a person to look, stops cleanly, and the
+directory is verified.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from storagecore import (
     Compression,
@@ -22,9 +32,29 @@ from storagecore import (
     parse_topic_manifests,
 )
 from storagecore.cleaner import CleanerConfig
+from storagecore.clock import ScaledClock
 from storagecore.log_cleaner import LogCleaner
 from storagecore.partitioner import partition_for_key
 from storagecore.verify import verify_log_dir
+from storageworker.http import AdminServer
+from storageworker.status import volume_status
+from storageworker.worker import Worker
+
+#: The demo worker's clock: 12 hours per real second (orders' 7-day retention in 14 s).
+CLOCK_SPEED = 43_200.0
+#: Scheduled work every 3 clock hours: a quarter of a real second.
+DEMO_SETTINGS = """\
+# Written by logkeeper demo: the worker's settings (a StorageVolume spec).
+cleaner: {threads: 1, dedupeBufferBytes: 8388608, backoffMs: 100}
+retentionCheckIntervalMs: 10800000
+worker:
+  flushCheckIntervalMs: 10800000
+  checkpointIntervalMs: 10800000
+  deleteCheckIntervalMs: 10800000
+  configReloadIntervalMs: 21600000
+"""
+DEMO_CLOCK_MS = 8 * 86_400_000
+SETTLE_TIMEOUT_S = 60.0
 
 _MARKER = ".logkeeper-demo"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "topics.yaml"
@@ -52,7 +82,7 @@ def _table(manager: LogManager) -> list[str]:
     return rows
 
 
-def run_demo(directory: Path, *, records: int = 20_000) -> int:
+def run_demo(directory: Path, *, records: int = 20_000, linger_s: float = 20.0) -> int:
     started = time.monotonic()
     _prepare(directory)
     data_dir = directory / "volume-0"
@@ -180,6 +210,8 @@ def run_demo(directory: Path, *, records: int = 20_000) -> int:
         )
         print("\n".join(_table(manager)))
 
+    worker_ok = run_worker_demo(directory, data_dir, records=records, linger_s=linger_s)
+
     report = verify_log_dir(data_dir)
     for finding in report.findings:
         print(f"  {finding}")
@@ -191,4 +223,158 @@ def run_demo(directory: Path, *, records: int = 20_000) -> int:
     )
     first_segment = min((data_dir / "orders-0").glob("*.log"))
     print(f"Inspect it: logkeeper dump-log --records {first_segment} | head")
-    return 0 if report.ok and read_back == sum(produced.values()) else 1
+    return 0 if report.ok and worker_ok and read_back == sum(produced.values()) else 1
+
+
+# -- part 2: the worker ----------------------------------------------------------------------
+
+
+def _snapshot(worker: Worker) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    manager = worker.log_manager
+    for entry in volume_status(worker)["partitions"]:
+        name = f"{entry['topic']}-{entry['partition']}"
+        log = manager.get_log(TopicPartition(entry["topic"], entry["partition"]))
+        entry["records"] = sum(1 for _ in log.records())
+        entry["tombstones"] = sum(1 for r in log.records() if r.value is None)
+        rows[name] = entry
+    return rows
+
+
+def _worker_table(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[str]:
+    def ratio(entry: dict[str, Any]) -> str:
+        value = entry.get("dirtyRatio")
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [
+        f"  {'partition':<17}{'records':>16}{'tombstones':>12}{'bytes':>17}{'segments':>10}"
+        f"{'log start':>13}{'dirty':>12}"
+    ]
+    for name in sorted(after):
+        b, a = before.get(name, after[name]), after[name]
+        lines.append(
+            f"  {name:<17}{b['records']:>7} -> {a['records']:<6}{b['tombstones']:>4} -> "
+            f"{a['tombstones']:<4}{b['sizeBytes']:>8} -> {a['sizeBytes']:<7}"
+            f"{b['segments']:>3} -> {a['segments']:<3}{b['logStartOffset']:>6} -> "
+            f"{a['logStartOffset']:<5}{ratio(b):>5} -> {ratio(a):<5}"
+        )
+    return lines
+
+
+def _settled(worker: Worker) -> bool:
+    status = volume_status(worker)
+    for entry in status["partitions"]:
+        if entry["cleanerState"] != "idle" or entry["compactNowPending"]:
+            return False
+        if entry["retention"] and entry["retention"]["segmentsDue"]:
+            return False
+        if entry["dirtyRatio"] is not None and entry["dirtyRatio"] > 0:
+            return False
+    return True
+
+
+def run_worker_demo(directory: Path, data_dir: Path, *, records: int, linger_s: float) -> bool:
+    """Part 2 (see the module docstring); True when every step did what it should."""
+    topics_dir = directory / "topics"
+    topics_dir.mkdir(exist_ok=True)
+    (topics_dir / "topics.yaml").write_text(EXAMPLES.read_text(encoding="utf-8"), encoding="utf-8")
+    settings_path = directory / "settings.yaml"
+    settings_path.write_text(DEMO_SETTINGS, encoding="utf-8")
+    clock = ScaledClock(CLOCK_SPEED)
+    worker = Worker([data_dir], topics_dir, settings_path, clock=clock)
+    server = AdminServer(worker, "127.0.0.1", 0, None)
+    server.start()
+    base = f"http://127.0.0.1:{server.port}"
+    print(
+        f"\nThe worker (as `logkeeper serve`) over {data_dir}, on a clock running "
+        f"{CLOCK_SPEED / 3600:.0f} hours per second:\n  status:  {base}/v1/status\n"
+        f"  metrics: {base}/metrics"
+    )
+    ok = True
+    try:
+        worker.start()
+        manager = worker.log_manager
+        worker.control("pause-cleaning", None)
+        worker.control("pause-retention", None)
+        rng = random.Random(7)
+        topics = worker.topics
+        produced = tombstones = 0
+        for round_ in range(20):  # a keyed workload: new keys, updates, deletes
+            for name, spec in sorted(topics.items()):
+                batch_by_tp: dict[TopicPartition, list[NewRecord]] = {}
+                for _ in range(max(records // 200, 10)):
+                    if spec.config.compact:
+                        key = f"user-{rng.randrange(300):04d}".encode()
+                        value = None if rng.random() < 0.1 else b'{"plan": "%d"}' % round_
+                    else:
+                        key = f"order-{rng.randrange(10**9):09d}".encode()
+                        value = b'{"amount": %d}' % rng.randrange(1, 500)
+                    tp = TopicPartition(name, partition_for_key(key, spec.partitions))
+                    batch_by_tp.setdefault(tp, []).append(
+                        NewRecord(key=key, value=value, timestamp=clock.milliseconds())
+                    )
+                    produced += 1
+                    tombstones += value is None
+                for tp, batch in batch_by_tp.items():
+                    manager.get_log(tp).append(build_batch(batch, compression=Compression.LZ4))
+            time.sleep(0.05)
+        for log in manager.logs.values():
+            log.roll()  # the active segment is never cleaned: seal what was written
+        print(
+            f"Produced {produced} records ({tombstones} tombstones) with cleaning and retention "
+            "paused (POST /v1/volume/pause-cleaning, pause-retention)."
+        )
+        before = _snapshot(worker)
+        worker.control("resume-cleaning", None)
+        worker.control("resume-retention", None)
+        started = time.monotonic()
+        resumed_ms = clock.milliseconds()
+        # Eight clock days: past orders' retention.ms (7 days) and every delete.retention.ms,
+        # so time retention and tombstone removal happen too, then until nothing is left to do.
+        while clock.milliseconds() - resumed_ms < DEMO_CLOCK_MS:
+            time.sleep(0.25)
+        while not _settled(worker) and time.monotonic() - started < SETTLE_TIMEOUT_S:
+            time.sleep(0.25)
+        settled = _settled(worker)
+        ok = ok and settled
+        after = _snapshot(worker)
+        print(
+            f"Resumed; {(clock.milliseconds() - resumed_ms) / 86_400_000:.1f} clock days "
+            f"({time.monotonic() - started:.1f}s) later the worker "
+            f"{'has settled' if settled else 'has NOT settled'} (before -> after):"
+        )
+        print("\n".join(_worker_table(before, after)))
+        cleaner = worker.cleaner
+        totals = cleaner.totals
+        print(
+            f"cleaner: {totals.rounds} rounds, {totals.records_read} records read, "
+            f"{totals.records_removed} removed, {totals.bytes_read} bytes read, "
+            f"{totals.bytes_written} written, {totals.duration_s:.2f}s"
+        )
+        for tp, stats in sorted(cleaner.last_stats.items()):
+            print(
+                f"  last clean of {tp}: {stats.messages_read} -> {stats.messages_written} records, "
+                f"{100 * stats.size_reduction:.1f}% smaller, "
+                f"{stats.records_per_second:,.0f} records/s"
+            )
+        for tp, reason in sorted(cleaner.manager.uncleanable.items()):
+            print(f"  {tp}: UNCLEANABLE: {reason}")
+            ok = False
+        retained = manager.retention_totals
+        print(
+            f"retention: {retained.segments_deleted} segments deleted "
+            f"({retained.bytes_deleted} bytes)"
+        )
+        if linger_s > 0:
+            print(
+                f"\nThe worker keeps serving for {linger_s:.0f}s: {base}/v1/status and "
+                f"{base}/metrics (Ctrl-C ends it now).",
+                flush=True,
+            )
+            with contextlib.suppress(KeyboardInterrupt):
+                time.sleep(linger_s)
+    finally:
+        worker.shutdown()
+        server.stop()
+    print("Worker stopped cleanly (checkpoints written, clean-shutdown marker left).")
+    return ok

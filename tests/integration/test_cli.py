@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -220,11 +221,28 @@ def test_locked_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_demo_runs_and_verifies(tmp_path: Path) -> None:
-    out = run("demo", "--dir", str(tmp_path / "demo"), "--records", "20000").stdout
+    out = run("demo", "--dir", str(tmp_path / "demo"), "--records", "20000", "--linger", "0").stdout
     assert "Read back 20000 records (all of them)." in out
     assert "verify: OK" in out
     assert "compaction audit.events-0: dirty section [0," in out and "UNCLEANABLE" not in out
     assert "torn tail cut" in out
+    # Part 2: the worker, its URLs, the workload, and the before/after report.
+    assert re.search(r"status:  http://127\.0\.0\.1:\d+/v1/status", out)
+    assert re.search(r"Produced \d+ records \(\d+ tombstones\)", out)
+    assert "later the worker has settled (before -> after):" in out
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if re.match(r"  (orders|user-profiles|audit\.events)-\d ", line) and "->" in line
+    }
+    # Compaction kept the latest record per key and removed every tombstone past its horizon;
+    # time retention (7 days on the fast clock) emptied the orders partitions.
+    profiles = rows["user-profiles-0"]
+    assert int(profiles[3]) < int(profiles[1]) and profiles[6] == "0"
+    assert rows["orders-1"][3] == "0" and int(rows["orders-1"][15]) > int(rows["orders-1"][13])
+    assert re.search(r"cleaner: [1-9]\d* rounds, \d+ records read, [1-9]\d* removed", out)
+    assert re.search(r"retention: [1-9]\d* segments deleted", out)
+    assert "Worker stopped cleanly" in out
     refused = run("demo", "--dir", str(ROOT / "storagecore"), check=False)
     assert refused.returncode != 0 and "was not made by the demo" in refused.stderr
 
