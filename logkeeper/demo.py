@@ -231,7 +231,7 @@ def run_demo(directory: Path, *, records: int = 20_000, linger_s: float = 20.0) 
 
 def _snapshot(worker: Worker) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
-    manager = worker.log_manager
+    manager, _ = worker.started_parts()
     for entry in volume_status(worker)["partitions"]:
         name = f"{entry['topic']}-{entry['partition']}"
         log = manager.get_log(TopicPartition(entry["topic"], entry["partition"]))
@@ -293,7 +293,7 @@ def run_worker_demo(directory: Path, data_dir: Path, *, records: int, linger_s: 
     ok = True
     try:
         worker.start()
-        manager = worker.log_manager
+        manager, cleaner = worker.started_parts()
         worker.control("pause-cleaning", None)
         worker.control("pause-retention", None)
         rng = random.Random(7)
@@ -344,7 +344,6 @@ def run_worker_demo(directory: Path, data_dir: Path, *, records: int, linger_s: 
             f"{'has settled' if settled else 'has NOT settled'} (before -> after):"
         )
         print("\n".join(_worker_table(before, after)))
-        cleaner = worker.cleaner
         totals = cleaner.totals
         print(
             f"cleaner: {totals.rounds} rounds, {totals.records_read} records read, "

@@ -280,7 +280,7 @@ class Worker:
 
     # -- scheduled work ------------------------------------------------------------------------
     def _run_retention(self) -> None:
-        manager, cleaner = self._require()
+        manager, cleaner = self.started_parts()
         for plan in manager.cleanup_logs(cleaner.manager):
             logger.info(
                 "Retention deleted %d segments (%d bytes) of %s; log start offset %d -> %d",
@@ -292,7 +292,7 @@ class Worker:
             )
 
     def _run_deletes(self) -> None:
-        manager, _ = self._require()
+        manager, _ = self.started_parts()
         manager.delete_expired_segment_files()
         manager.delete_expired_logs()
 
@@ -304,14 +304,15 @@ class Worker:
         # not be applied (a clean that did not abort in time) is retried.
         self.apply_topics()
 
-    def _require(self) -> tuple[LogManager, LogCleaner]:
+    def started_parts(self) -> tuple[LogManager, LogCleaner]:
+        """The log manager and the cleaner of a started worker."""
         assert self.log_manager is not None and self.cleaner is not None, "worker not started"
         return self.log_manager, self.cleaner
 
     # -- the topic set -------------------------------------------------------------------------
     def apply_topics(self) -> None:
         """Make the logs match the topic set and the controls (idempotent)."""
-        manager, cleaner = self._require()
+        manager, cleaner = self.started_parts()
         with self._lock:
             topics = dict(self.topics)
             previous = self._previous_topics
@@ -355,7 +356,7 @@ class Worker:
         )
 
     def _apply_controls(self, topics: dict[str, TopicSpec], tps: Any) -> None:
-        manager, cleaner = self._require()
+        manager, cleaner = self.started_parts()
         all_tps = sorted(tps)
         controls = {topic: self.controls_for(topic) for topic in {tp.topic for tp in all_tps}}
         manager.set_retention_paused(tp for tp in all_tps if controls[tp.topic].pause_retention)
@@ -396,7 +397,7 @@ class Worker:
     def compact_now(self, topic: str | None) -> list[TopicPartition]:
         """Ask for one cleaning pass of every compacted partition of ``topic`` (None: all),
         whatever its dirty ratio; the cleaner threads serve it next."""
-        manager, cleaner = self._require()
+        manager, cleaner = self.started_parts()
         chosen = [
             tp
             for tp, log in manager.logs.items()
