@@ -85,6 +85,7 @@ class Worker:
         self.clock = clock or SystemClock()
         self.state = "starting"
         self._lock = threading.RLock()
+        self._apply_lock = threading.Lock()
         self.counters = ConfigCounters()
         self.topics_status = ConfigStatus(str(self.topics_path))
         self.settings_status = ConfigStatus(str(self.settings_path or "<defaults>"))
@@ -311,7 +312,12 @@ class Worker:
 
     # -- the topic set -------------------------------------------------------------------------
     def apply_topics(self) -> None:
-        """Make the logs match the topic set and the controls (idempotent)."""
+        """Make the logs match the topic set and the controls (idempotent). Called by the
+        reload task and by admin calls: one at a time."""
+        with self._apply_lock:
+            self._apply_topics()
+
+    def _apply_topics(self) -> None:
         manager, cleaner = self.started_parts()
         with self._lock:
             topics = dict(self.topics)
