@@ -104,14 +104,7 @@ class LogCleaner:
         self.manager = LogCleanerManager(log_manager.log_dirs)
         self.throttler = Throttler(self.config.io_max_bytes_per_second)
         self._stop = threading.Event()
-        self._threads = [
-            _ThreadState(
-                Cleaner(
-                    i, config=self.config, throttler=self.throttler, check_done=self._check_done
-                )
-            )
-            for i in range(self.config.threads)
-        ]
+        self._threads = self._thread_states(self.config)
         self._lock = threading.Lock()
         self.last_stats: dict[TopicPartition, CleanerStats] = {}
         self.last_clean_ms: dict[TopicPartition, int] = {}
@@ -119,6 +112,49 @@ class LogCleaner:
         self.totals = CleanerTotals()
         self.thread_errors = 0
         self.last_error: str | None = None
+
+    def _thread_states(self, config: CleanerConfig) -> list[_ThreadState]:
+        return [
+            _ThreadState(
+                Cleaner(i, config=config, throttler=self.throttler, check_done=self._check_done)
+            )
+            for i in range(config.threads)
+        ]
+
+    def reconfigure(self, config: CleanerConfig, timeout_s: float = 30.0) -> None:
+        """Apply new settings while running. The I/O limit and the backoff apply at once; a
+        new thread count or dedupe buffer stops the threads (a running clean aborts at its next
+        check and leaves no files), builds new offset maps and starts them again. States,
+        pauses, requests, uncleanable marks and totals are kept."""
+        self.throttler.set_rate(config.io_max_bytes_per_second)
+        old, self.config = self.config, config
+        if (old.threads, old.dedupe_buffer_size, old.io_buffer_load_factor) == (
+            config.threads,
+            config.dedupe_buffer_size,
+            config.io_buffer_load_factor,
+        ):
+            return
+        running = any(state.thread is not None for state in self._threads)
+        self._stop.set()
+        for state in self._threads:
+            if state.thread is not None:
+                state.thread.join(timeout_s)
+        late = [
+            s.thread.name for s in self._threads if s.thread is not None and s.thread.is_alive()
+        ]
+        if late:
+            # Safe to go on: a late thread has its own offset map, stops at its next check, and
+            # the manager's IN_PROGRESS state keeps its log away from the new threads.
+            logger.warning("Cleaner threads %s still stopping; starting the new ones", late)
+        self._threads = self._thread_states(config)
+        self._stop = threading.Event()
+        if running:
+            self.start()
+        logger.info(
+            "Cleaner reconfigured: %d threads, %d bytes of offset map each",
+            config.threads,
+            config.map_memory_per_thread,
+        )
 
     # -- one iteration -------------------------------------------------------------------------
     def _online_logs(self) -> list[Log]:
@@ -312,8 +348,8 @@ class LogCleaner:
             self.last_error = message
 
     def _run(self, thread_id: int) -> None:
-        backoff_s = self.config.backoff_ms / 1000
-        while not self._stop.is_set():
+        stop = self._stop  # this thread set's own event (reconfigure makes a new one)
+        while not stop.is_set():
             try:
                 cleaned = self.do_work(thread_id)
             except Exception as exc:
@@ -321,7 +357,7 @@ class LogCleaner:
                 self._record_error(f"{type(exc).__name__}: {exc}")
                 cleaned = False
             if not cleaned:
-                self._stop.wait(backoff_s)
+                stop.wait(self.config.backoff_ms / 1000)
 
     def start(self) -> None:
         for thread_id, state in enumerate(self._threads):

@@ -22,6 +22,7 @@ from storagecore.clock import Clock
 from storagecore.errors import StorageError
 from storageworker import logs
 from storageworker.http import AdminServer, read_token
+from storageworker.settings import WorkerSettings
 from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,14 @@ def serve(
         )
         return 2
     server.start()
+
+    def settings_changed(old: WorkerSettings, new: WorkerSettings) -> None:
+        if new.log_format != old.log_format:
+            logs.configure(new.log_format, log_level, dir_of)
+        if new.admin_token_file != old.admin_token_file:
+            server.token = read_token(new.admin_token_file)
+
+    worker.settings_listeners.append(settings_changed)
     print(f"logkeeper serve: listening on http://{http_host}:{server.port}", flush=True)
     try:
         worker.start()

@@ -14,6 +14,7 @@ import shutil
 from typing import Any
 
 from storagecore.cleaner_manager import cleanable_offsets, log_to_clean
+from storagecore.config import TopicPartition
 from storagecore.log import Log
 from storagecore.log_cleaner import LogCleaner
 from storageworker.worker import ConfigStatus, Worker
@@ -29,7 +30,14 @@ def _config_status(status: ConfigStatus) -> dict[str, Any]:
     }
 
 
-def partition_status(worker: Worker, log: Log, cleaner: LogCleaner, now_ms: int) -> dict[str, Any]:
+def partition_status(
+    worker: Worker,
+    log: Log,
+    cleaner: LogCleaner,
+    now_ms: int,
+    checkpoints: dict[TopicPartition, int],
+) -> dict[str, Any]:
+    """One partition's entry; ``checkpoints`` is the cleaner's (read once per document)."""
     tp = log.tp
     state, paused = cleaner.manager.state(tp)
     controls = worker.controls_for(tp.topic)
@@ -63,8 +71,7 @@ def partition_status(worker: Worker, log: Log, cleaner: LogCleaner, now_ms: int)
     if log.offline:
         return entry
     if log.config.compact:
-        checkpoint = cleaner.manager.all_checkpoints().get(tp)
-        offsets = cleanable_offsets(log, checkpoint, now_ms)
+        offsets = cleanable_offsets(log, checkpoints.get(tp), now_ms)
         to_clean = log_to_clean(log, offsets, now_ms)
         entry["dirtyRatio"] = round(to_clean.cleanable_ratio, 6)
         entry["firstDirtyOffset"] = offsets.first_dirty_offset
@@ -90,7 +97,6 @@ def volume_status(worker: Worker) -> dict[str, Any]:
             "settings": _config_status(worker.settings_status),
             "reloads": worker.counters.reloads,
             "errors": worker.counters.errors,
-            "pendingRestart": list(worker.pending_restart),
         },
         "settings": {
             "cleanerThreads": settings.cleaner_threads,
@@ -149,7 +155,9 @@ def volume_status(worker: Worker) -> dict[str, Any]:
         "uncleanableBytes": gauges.uncleanable_bytes,
         "throttleWaitSeconds": cleaner.throttler.total_wait_s,
     }
+    checkpoints = cleaner.manager.all_checkpoints()
     document["partitions"] = [
-        partition_status(worker, log, cleaner, now) for _, log in sorted(manager.logs.items())
+        partition_status(worker, log, cleaner, now, checkpoints)
+        for _, log in sorted(manager.logs.items())
     ]
     return document

@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,8 @@ class Worker:
         # A broken settings file at start is fatal (there is no last good one to keep);
         # a broken topic set is not: logs are still loaded and served, nothing is deleted.
         self.volume = self._read_settings_or_raise()
-        self.pending_restart: list[str] = []
+        #: Called with (old, new) after a settings reload (serve: admin token, log format).
+        self.settings_listeners: list[Callable[[WorkerSettings, WorkerSettings], None]] = []
         self.topics: dict[str, TopicSpec] = {}
         self._previous_topics: dict[str, TopicSpec] = {}
         self._reload_topics(initial=True)
@@ -193,22 +194,15 @@ class Worker:
             self.scheduler.set_interval(name, interval)
         cleaner = self.cleaner
         if cleaner is not None:
-            cleaner.throttler.set_rate(new.io_max_bytes_per_second)
             cleaner.lag_lead_ms = new.compaction_lag_lead_ms
-        restart = [
-            key
-            for key, changed in (
-                ("cleaner.threads", old.cleaner_threads != new.cleaner_threads),
-                ("cleaner.dedupeBufferBytes", old.dedupe_buffer_bytes != new.dedupe_buffer_bytes),
-                ("cleaner.backoffMs", old.backoff_ms != new.backoff_ms),
-                ("worker.adminTokenFile", old.admin_token_file != new.admin_token_file),
-                ("worker.logFormat", old.log_format != new.log_format),
-            )
-            if changed
-        ]
-        if restart:
-            logger.warning("Settings %s take effect at the next restart", ", ".join(restart))
-        self.pending_restart = sorted(set(self.pending_restart) | set(restart))
+            cleaner.reconfigure(new.cleaner_config())
+        for listener in self.settings_listeners:
+            try:
+                listener(old, new)
+            except Exception as exc:
+                # A setting the process cannot take (an unreadable token file) is reported;
+                # the rest of the new settings stay in force.
+                self._record_error(self.settings_status, f"applying the settings: {exc}")
 
     # -- start and stop ------------------------------------------------------------------------
     def _config_for(self, topic: str) -> LogConfig:

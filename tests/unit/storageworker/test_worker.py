@@ -4,6 +4,7 @@ the tests run the scheduled work by hand."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -268,16 +269,36 @@ def test_compaction_windows_and_lag_forcing_on_a_fake_clock(setup: Setup) -> Non
     assert stats is not None and stats.topic_partition == "plain-0"
 
 
-def test_settings_reload_applies_live_values_and_reports_the_rest(setup: Setup) -> None:
+def test_settings_reload_applies_every_value_live(setup: Setup) -> None:
+    setup.declare(topic_yaml("c", 1, COMPACTED))
     worker = setup.start()
+    assert worker.cleaner is not None
+    worker.cleaner.start()
+    seen: list[tuple[int, int]] = []
+    worker.settings_listeners.append(lambda old, new: seen.append((old.backoff_ms, new.backoff_ms)))
     setup.settings.write_text(
-        "cleaner: {dedupeBufferBytes: 2097152, ioMaxBytesPerSecond: 1048576}\n"
+        "cleaner: {threads: 2, dedupeBufferBytes: 2097152, ioMaxBytesPerSecond: 1048576,"
+        " backoffMs: 50}\n"
         "retentionCheckIntervalMs: 1234\n",
         encoding="utf-8",
     )
     worker.reload()
     assert worker.scheduler.tasks["retention"].interval_ms == 1234
-    assert worker.pending_restart == ["cleaner.dedupeBufferBytes"]
+    cleaner = worker.cleaner
+    assert cleaner.config.threads == 2 and cleaner.config.map_memory_per_thread == 1048576
+    assert cleaner.throttler.bytes_per_second == 1048576 and cleaner.config.backoff_ms == 50
+    assert cleaner.alive_threads == 2  # restarted with the new maps
+    assert [t["name"] for t in cleaner.thread_states()] == [
+        "logkeeper-cleaner-0",
+        "logkeeper-cleaner-1",
+    ]
+    assert seen == [(15_000, 50)]
+    # The restarted threads clean.
+    fill(worker, TopicPartition("c", 0))
+    deadline = time.monotonic() + 30
+    while cleaner.totals.rounds == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cleaner.totals.rounds >= 1
     setup.settings.write_text("cleaner: {threads: -1}\n", encoding="utf-8")
     worker.reload()
     assert worker.settings.retention_check_interval_ms == 1234  # the last good stays
