@@ -221,7 +221,7 @@ def run_demo(directory: Path, *, records: int = 20_000, linger_s: float = 20.0) 
         f"{sum(p.segments for p in report.partitions)} segments); "
         f"{time.monotonic() - started:.1f}s"
     )
-    first_segment = min((data_dir / "orders-0").glob("*.log"))
+    first_segment = min((data_dir / "user-profiles-0").glob("*.log"))
     print(f"Inspect it: logkeeper dump-log --records {first_segment} | head")
     return 0 if report.ok and worker_ok and read_back == sum(produced.values()) else 1
 
