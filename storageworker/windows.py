@@ -1,7 +1,8 @@
 """Compaction windows: the daily times in which the cleaner may start new work.
 
-A window is ``"HH:MM-HH:MM"`` in the volume's time zone; one whose end is not after its start
-runs past midnight (``"22:00-06:00"``); ``"00:00-24:00"`` is the whole day. Outside every
+A window is ``"HH:MM-HH:MM"`` in the volume's time zone; one whose end is before its start runs
+past midnight (``"22:00-06:00"``); one whose end equals its start, like ``"00:00-24:00"``, is the
+whole day. Outside every
 window the cleaner starts nothing new except compact-now requests and logs whose
 ``max.compaction.lag.ms`` is about to be breached (see
 :class:`storagecore.log_cleaner.LogCleaner`); no windows means always open. Pure: the caller
@@ -27,10 +28,13 @@ class Window:
     start_minute: int
     """Minutes after local midnight, 0..1439."""
     end_minute: int
-    """Minutes after local midnight, 1..1440; at or before start: the window crosses midnight."""
+    """Minutes after local midnight, 0..1440; before start: the window crosses midnight; equal
+    to start (modulo a day): the whole day."""
     text: str
 
     def contains(self, minute: int) -> bool:
+        if self.start_minute == self.end_minute % _MINUTES_PER_DAY:
+            return True
         if self.start_minute < self.end_minute:
             return self.start_minute <= minute < self.end_minute
         return minute >= self.start_minute or minute < self.end_minute
@@ -43,10 +47,7 @@ def parse_window(text: str, *, where: str = "compactionWindows") -> Window:
     start_h, start_m, end_h, end_m = (int(g) for g in match.groups())
     if start_h > 23 or start_m > 59 or end_m > 59 or end_h > 24 or (end_h == 24 and end_m):
         raise ConfigError(f"{where}: {text!r} has an hour or minute out of range")
-    start, end = start_h * 60 + start_m, end_h * 60 + end_m
-    if start == end:
-        raise ConfigError(f"{where}: {text!r} is empty (start equals end)")
-    return Window(start, end, text.strip())
+    return Window(start_h * 60 + start_m, end_h * 60 + end_m, text.strip())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ def test_several_windows_and_the_whole_day() -> None:
     assert windows.is_open(at(0, 30)) and windows.is_open(at(12, 59))
     assert not windows.is_open(at(13, 0))
     assert CompactionWindows.parse(["00:00-24:00"]).is_open(at(23, 59))
+    assert CompactionWindows.parse(["10:00-10:00"]).is_open(at(9, 59))  # end = start: all day
     assert CompactionWindows().is_open(at(15, 0))  # no windows: always open
 
 
@@ -57,7 +58,6 @@ def test_several_windows_and_the_whole_day() -> None:
         ("22-06", "is not a window"),
         ("25:00-06:00", "out of range"),
         ("10:60-11:00", "out of range"),
-        ("10:00-10:00", "empty"),
         ("24:30-01:00", "out of range"),
     ],
 )
