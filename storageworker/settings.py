@@ -17,7 +17,8 @@ The file holds either a whole ``StorageVolume`` manifest (its ``spec`` is read a
       ...
 
 Unknown keys are errors that name the key; keys that only the operator uses (``size``,
-``storageClassName``, ``image``, ``resources``) are accepted and ignored. Parsing is pure.
+``storageClassName``, ``image``, ``resources``, ``monitoring``) are accepted and ignored.
+Parsing is pure.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from storagecore.cleaner import CleanerConfig
 from storagecore.errors import ConfigError
 from storageworker.windows import CompactionWindows
 
-OPERATOR_ONLY_KEYS: Final = frozenset({"size", "storageClassName", "image", "resources"})
+OPERATOR_ONLY_KEYS: Final = frozenset(
+    {"size", "storageClassName", "image", "resources", "monitoring"}
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

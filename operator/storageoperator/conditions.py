@@ -1,0 +1,314 @@
+"""Status and conditions: from what the operator saw and what the worker reports. Pure.
+
+Conditions have the metav1.Condition shape. :func:`merge` keeps a condition's
+``lastTransitionTime`` unless its status flips, so a status written again with the same facts
+is byte-identical (the operator then skips the write: no hot loop). Reasons are CamelCase.
+
+Topic conditions: ``Ready`` (the worker has every declared partition with the declared config
+in force), ``Progressing`` (not yet), ``Degraded`` (a partition is uncleanable or offline, the
+worker rejected its topic file, or the worker cannot be reached), ``CleaningPaused``,
+``RetentionPaused`` (from the worker's report, else from the annotations),
+``ReconciliationPaused`` (the operator leaves the children alone and only reports).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from storagecore.config import TopicPartition, topic_spec_from_manifest
+from storagecore.errors import ConfigError
+
+PAUSE_RECONCILIATION: Final = "logkeeper.io/pause-reconciliation"
+PAUSE_CLEANING: Final = "logkeeper.io/pause-cleaning"
+PAUSE_RETENTION: Final = "logkeeper.io/pause-retention"
+
+Condition = dict[str, Any]
+
+
+def is_true(value: Any) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "true"
+
+
+def annotation(body: Mapping[str, Any], key: str) -> bool:
+    return is_true(((body.get("metadata") or {}).get("annotations") or {}).get(key))
+
+
+def now_rfc3339(now: datetime.datetime) -> str:
+    return now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(
+    kind: str, status: bool | None, reason: str, message: str, generation: int
+) -> Condition:
+    return {
+        "type": kind,
+        "status": "Unknown" if status is None else ("True" if status else "False"),
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def merge(
+    previous: Sequence[Mapping[str, Any]] | None, new: Sequence[Condition], now: str
+) -> list[Condition]:
+    """``new`` with ``lastTransitionTime`` carried over from ``previous`` where the status did
+    not change, and set to ``now`` where it did (or is new)."""
+    before = {c.get("type"): c for c in previous or ()}
+    merged = []
+    for item in new:
+        old = before.get(item["type"])
+        if (
+            old is not None
+            and old.get("status") == item["status"]
+            and old.get("lastTransitionTime")
+        ):
+            merged.append({**item, "lastTransitionTime": old["lastTransitionTime"]})
+        else:
+            merged.append({**item, "lastTransitionTime": now})
+    return merged
+
+
+def validate_topic(body: Mapping[str, Any]) -> str | None:
+    """What the schema cannot catch, with storagecore's rules: None, or the message (naming
+    the resource and the key)."""
+    try:
+        topic_spec_from_manifest(body, source="Topic")
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def topic_name(body: Mapping[str, Any]) -> str:
+    spec = body.get("spec") or {}
+    return str(spec.get("topicName") or (body.get("metadata") or {}).get("name"))
+
+
+def topic_figures(name: str, worker: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Topic status figures from the worker's ``/v1/status`` (empty without one)."""
+    if worker is None:
+        return {}
+    entries = [p for p in worker.get("partitions") or () if p.get("topic") == name]
+    partitions = []
+    for entry in sorted(entries, key=lambda p: int(p["partition"])):
+        item: dict[str, Any] = {
+            "partition": entry["partition"],
+            "logStartOffset": entry.get("logStartOffset"),
+            "logEndOffset": entry.get("logEndOffset"),
+            "sizeBytes": entry.get("sizeBytes"),
+            "segments": entry.get("segments"),
+            "cleanerState": entry.get("cleanerState"),
+            "uncleanable": bool(entry.get("uncleanable")),
+        }
+        if entry.get("dirtyRatio") is not None:
+            item["dirtyRatio"] = entry["dirtyRatio"]
+        if entry.get("uncleanableReason"):
+            item["uncleanableReason"] = entry["uncleanableReason"]
+        last = entry.get("lastClean")
+        if last and entry.get("lastCleanMs"):
+            item["lastCleanTime"] = now_rfc3339(
+                datetime.datetime.fromtimestamp(entry["lastCleanMs"] / 1000, datetime.UTC)
+            )
+            item["lastCleanResult"] = (
+                f"{last.get('messages_read')} -> {last.get('messages_written')} records, "
+                f"{100 * float(last.get('size_reduction') or 0):.1f}% smaller"
+            )
+        partitions.append({k: v for k, v in item.items() if v is not None})
+    ratios = [p["dirtyRatio"] for p in partitions if "dirtyRatio" in p]
+    return {
+        "topicName": name,
+        "partitions": len(partitions),
+        "sizeBytes": sum(int(p.get("sizeBytes") or 0) for p in partitions),
+        "maxDirtyRatio": max(ratios) if ratios else None,
+        "partitionStatus": partitions,
+    }
+
+
+def topic_conditions(
+    body: Mapping[str, Any],
+    *,
+    volume: Mapping[str, Any] | None,
+    worker: Mapping[str, Any] | None,
+    worker_error: str | None = None,
+) -> list[Condition]:
+    """The Topic's conditions (without lastTransitionTime: see :func:`merge`)."""
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    name = topic_name(body)
+    spec = body.get("spec") or {}
+    declared = int(spec.get("partitions") or 1)
+    invalid = validate_topic(body)
+    paused = annotation(body, PAUSE_RECONCILIATION)
+    result: list[Condition] = []
+    ready: tuple[bool | None, str, str]
+    progressing: tuple[bool, str, str] = (False, "Reconciled", "")
+    degraded: tuple[bool, str, str] = (False, "Healthy", "")
+    if invalid is not None:
+        ready = (False, "InvalidConfig", invalid)
+        degraded = (True, "InvalidConfig", invalid)
+    elif volume is None:
+        ready = (False, "VolumeNotFound", f"StorageVolume {spec.get('volume')!r} does not exist")
+        progressing = (
+            True,
+            "WaitingForVolume",
+            f"waiting for StorageVolume {spec.get('volume')!r}",
+        )
+    elif worker is None:
+        ready = (None, "WorkerUnavailable", worker_error or "the worker has not reported yet")
+        progressing = (True, "WaitingForWorker", worker_error or "waiting for the worker")
+    else:
+        present = {
+            TopicPartition(p["topic"], int(p["partition"]))
+            for p in worker.get("partitions") or ()
+            if p.get("topic") == name
+        }
+        missing = [p for p in range(declared) if TopicPartition(name, p) not in present]
+        in_set = name in (worker.get("topics") or ())
+        config_error = ((worker.get("config") or {}).get("topics") or {}).get("error")
+        bad = [
+            p
+            for p in worker.get("partitions") or ()
+            if p.get("topic") == name and (p.get("uncleanable") or p.get("offline"))
+        ]
+        if config_error:
+            degraded = (True, "WorkerConfigRejected", str(config_error))
+        elif bad:
+            reasons = "; ".join(
+                f"{name}-{p['partition']}: "
+                + ("offline" if p.get("offline") else f"uncleanable: {p.get('uncleanableReason')}")
+                for p in bad
+            )
+            degraded = (True, "PartitionUnhealthy", reasons)
+        if missing or not in_set:
+            ready = (False, "Progressing", f"the worker does not have partitions {missing} yet")
+            progressing = (True, "ApplyingToWorker", f"partitions {missing} not on the worker")
+        else:
+            ready = (True, "Ready", f"{declared} partitions on the worker")
+    result.append(condition("Ready", ready[0], ready[1], ready[2], generation))
+    result.append(condition("Progressing", *progressing, generation))
+    result.append(condition("Degraded", *degraded, generation))
+    result += _pause_conditions(body, volume, worker, name, generation)
+    result.append(
+        condition(
+            "ReconciliationPaused",
+            paused,
+            "Paused" if paused else "NotPaused",
+            f"{PAUSE_RECONCILIATION} is true: children are not changed" if paused else "",
+            generation,
+        )
+    )
+    return result
+
+
+def _pause_conditions(
+    body: Mapping[str, Any],
+    volume: Mapping[str, Any] | None,
+    worker: Mapping[str, Any] | None,
+    name: str,
+    generation: int,
+) -> list[Condition]:
+    result = []
+    for kind, key, field, reasons_field in (
+        ("CleaningPaused", PAUSE_CLEANING, "pausedCleaning", "cleaning"),
+        ("RetentionPaused", PAUSE_RETENTION, "pausedRetention", "retention"),
+    ):
+        entries = [p for p in (worker or {}).get("partitions") or () if p.get("topic") == name]
+        if entries:
+            on = any(p.get(field) for p in entries)
+            why = sorted(
+                {
+                    r
+                    for p in entries
+                    for r in p.get("pauseReasons") or ()
+                    if r.startswith(reasons_field)
+                }
+            )
+            reason = "PausedOnWorker" if on else "NotPaused"
+            message = "; ".join(why)
+        else:
+            on = annotation(body, key) or (volume is not None and annotation(volume, key))
+            reason = "PauseRequested" if on else "NotPaused"
+            message = f"{key} is true (not yet confirmed by the worker)" if on else ""
+        result.append(condition(kind, on, reason, message, generation))
+    return result
+
+
+def volume_figures(worker: Mapping[str, Any] | None) -> dict[str, Any]:
+    if worker is None:
+        return {}
+    partitions = worker.get("partitions") or []
+    ratios = [p["dirtyRatio"] for p in partitions if p.get("dirtyRatio") is not None]
+    free: list[int] = [
+        int((d.get("disk") or {})["freeBytes"])
+        for d in worker.get("dirs") or ()
+        if (d.get("disk") or {}).get("freeBytes") is not None
+    ]
+    return {
+        "topics": len(worker.get("topics") or ()),
+        "partitions": len(partitions),
+        "sizeBytes": sum(int(p.get("sizeBytes") or 0) for p in partitions),
+        "maxDirtyRatio": max(ratios) if ratios else None,
+        "uncleanablePartitions": sum(1 for p in partitions if p.get("uncleanable")),
+        "diskFreeBytes": min(free) if free else None,
+    }
+
+
+def volume_conditions(
+    body: Mapping[str, Any],
+    *,
+    children_ready: bool,
+    worker: Mapping[str, Any] | None,
+    worker_error: str | None = None,
+) -> list[Condition]:
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    paused = annotation(body, PAUSE_RECONCILIATION)
+    if worker is not None and worker.get("state") == "running":
+        ready: tuple[bool | None, str, str] = (True, "WorkerReady", "the worker is running")
+        progressing = (False, "Reconciled", "")
+    elif not children_ready:
+        ready = (False, "CreatingWorker", "the worker's StatefulSet is being created")
+        progressing = (True, "CreatingWorker", "")
+    else:
+        ready = (None, "WorkerUnavailable", worker_error or "the worker has not reported yet")
+        progressing = (True, "WaitingForWorker", worker_error or "")
+    problems = []
+    if worker is not None:
+        for file in ("topics", "settings"):
+            error = ((worker.get("config") or {}).get(file) or {}).get("error")
+            if error:
+                problems.append(f"{file}: {error}")
+        problems += [
+            f"{d['path']}: offline ({d.get('error')})"
+            for d in worker.get("dirs") or ()
+            if not d.get("online")
+        ]
+    degraded = (
+        (True, "WorkerReportsProblems", "; ".join(problems)) if problems else (False, "Healthy", "")
+    )
+    result = [
+        condition("Ready", *ready, generation),
+        condition("Progressing", *progressing, generation),
+        condition("Degraded", *degraded, generation),
+    ]
+    for kind, key in (("CleaningPaused", PAUSE_CLEANING), ("RetentionPaused", PAUSE_RETENTION)):
+        on = annotation(body, key)
+        result.append(
+            condition(
+                kind,
+                on,
+                "Paused" if on else "NotPaused",
+                f"{key} is true" if on else "",
+                generation,
+            )
+        )
+    result.append(
+        condition(
+            "ReconciliationPaused",
+            paused,
+            "Paused" if paused else "NotPaused",
+            f"{PAUSE_RECONCILIATION} is true: children are not changed" if paused else "",
+            generation,
+        )
+    )
+    return result

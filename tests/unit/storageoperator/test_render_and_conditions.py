@@ -1,0 +1,231 @@
+"""The operator's pure middle: manifests from resources, conditions from what it saw."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+from storageoperator import conditions, render
+
+from storagecore.config import parse_topic_manifests
+from storageworker.settings import load_settings
+
+VOLUME: dict[str, Any] = {
+    "apiVersion": "logkeeper.io/v1alpha1",
+    "kind": "StorageVolume",
+    "metadata": {
+        "name": "v1",
+        "namespace": "ns",
+        "generation": 3,
+        "annotations": {
+            "logkeeper.io/pause-retention": "true",
+            "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+        },
+    },
+    "spec": {
+        "size": "5Gi",
+        "storageClassName": "fast",
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+            "limits": {"memory": 1073741824},
+        },
+        "cleaner": {"threads": 2, "dedupeBufferBytes": 4194304},
+        "worker": {"shutdownGracePeriodMs": 10000},
+        "monitoring": {"serviceMonitor": True},
+    },
+}
+
+
+def topic(name: str, volume: str = "v1", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "logkeeper.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": name, "namespace": "ns", "generation": 1},
+        "spec": {"volume": volume, "partitions": 2, **spec},
+    }
+
+
+def test_config_map_is_what_the_worker_reads() -> None:
+    topics = [topic("b", config={"cleanup.policy": "compact"}), topic("a")]
+    topics[0]["metadata"]["annotations"] = {"logkeeper.io/pause-cleaning": "true", "other": "x"}
+    cm = render.config_map(VOLUME, render.topics_of_volume("v1", [*topics, topic("c", "v2")]))
+    assert cm["metadata"]["name"] == "lk-v1"
+    parsed = parse_topic_manifests(cm["data"]["topics.yaml"])
+    assert sorted(parsed) == ["a", "b"] and parsed["b"].config.compact
+    assert parsed["b"].annotations == {"logkeeper.io/pause-cleaning": "true"}
+    volume = load_settings(cm["data"]["settings.yaml"], source="settings.yaml")
+    assert volume.settings.cleaner_threads == 2
+    assert volume.annotations == {"logkeeper.io/pause-retention": "true"}
+    # A Topic being deleted leaves the set (its deletionPolicy then applies in the worker).
+    going = topic("a")
+    going["metadata"]["deletionTimestamp"] = "2026-11-21T00:00:00Z"
+    assert render.topics_of_volume("v1", [going]) == []
+    assert "No topics" in render.topic_set([])
+
+
+def test_stateful_set_is_locked_down_and_sized() -> None:
+    sts = render.stateful_set(VOLUME, "logkeeper:1.0")
+    pod = sts["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert sts["spec"]["replicas"] == 1 and sts["metadata"]["name"] == "lk-v1"
+    assert container["image"] == "logkeeper:1.0"
+    assert container["args"][:2] == ["serve", "--data-dir"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "kafka": 9092,
+        "http": 8080,
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] and security["capabilities"] == {"drop": ["ALL"]}
+    assert not security["allowPrivilegeEscalation"] and pod["securityContext"]["runAsNonRoot"]
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1073741824"},
+    }
+    assert pod["terminationGracePeriodSeconds"] == 15
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/managed-by"] == "logkeeper-operator"
+    assert set(sts["spec"]["selector"]["matchLabels"].items()) <= set(labels.items())
+    own_image = copy.deepcopy(VOLUME)
+    own_image["spec"]["image"] = "mine:2"
+    assert (
+        render.stateful_set(own_image, "x")["spec"]["template"]["spec"]["containers"][0]["image"]
+        == "mine:2"
+    )
+
+
+def test_service_and_service_monitor() -> None:
+    svc = render.service(VOLUME)
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [
+        ("kafka", 9092),
+        ("http", 8080),
+    ]
+    monitor = render.service_monitor(VOLUME)
+    assert monitor is not None and monitor["spec"]["endpoints"][0]["port"] == "http"
+    assert monitor["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    plain = copy.deepcopy(VOLUME)
+    del plain["spec"]["monitoring"]
+    assert render.service_monitor(plain) is None
+
+
+def test_merge_keeps_transition_time_unless_the_status_flips() -> None:
+    first = conditions.merge(
+        None, [conditions.condition("Ready", False, "Progressing", "", 1)], "T1"
+    )
+    again = conditions.merge(
+        first, [conditions.condition("Ready", False, "Progressing", "x", 2)], "T2"
+    )
+    assert again[0]["lastTransitionTime"] == "T1" and again[0]["observedGeneration"] == 2
+    flipped = conditions.merge(again, [conditions.condition("Ready", True, "Ready", "", 2)], "T3")
+    assert flipped[0]["lastTransitionTime"] == "T3"
+
+
+def worker_status(**partition: Any) -> dict[str, Any]:
+    base = {
+        "topic": "t",
+        "sizeBytes": 10,
+        "dirtyRatio": 0.5,
+        "pausedCleaning": False,
+        "pausedRetention": False,
+    }
+    return {
+        "state": "running",
+        "topics": ["t"],
+        "config": {"topics": {"ok": True, "error": None}},
+        "partitions": [{**base, "partition": 0, **partition}, {**base, "partition": 1}],
+        "dirs": [{"path": "/data/logs", "online": True, "disk": {"freeBytes": 100}}],
+    }
+
+
+def by_type(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in items}
+
+
+def test_topic_conditions_from_the_worker() -> None:
+    body = topic("t")
+    ready = by_type(conditions.topic_conditions(body, volume=VOLUME, worker=worker_status()))
+    assert ready["Ready"]["status"] == "True" and ready["Degraded"]["status"] == "False"
+    assert ready["CleaningPaused"]["status"] == "False"
+    for item in ready.values():
+        assert item["reason"].isalnum() and item["observedGeneration"] == 1
+    sick = worker_status(
+        uncleanable=True,
+        uncleanableReason="CorruptRecordError: bad CRC",
+        pausedCleaning=True,
+        pauseReasons=["cleaning paused: annotation on the Topic"],
+    )
+    found = by_type(conditions.topic_conditions(body, volume=VOLUME, worker=sick))
+    assert found["Degraded"]["status"] == "True" and "bad CRC" in found["Degraded"]["message"]
+    assert found["CleaningPaused"]["status"] == "True"
+    assert found["CleaningPaused"]["message"] == "cleaning paused: annotation on the Topic"
+    more = topic("t", partitions=3)
+    waiting = by_type(conditions.topic_conditions(more, volume=VOLUME, worker=worker_status()))
+    assert waiting["Ready"]["status"] == "False" and "[2]" in waiting["Ready"]["message"]
+    assert waiting["Progressing"]["status"] == "True"
+
+
+def test_topic_conditions_without_volume_worker_or_valid_config() -> None:
+    missing = by_type(conditions.topic_conditions(topic("t"), volume=None, worker=None))
+    assert missing["Ready"]["reason"] == "VolumeNotFound" and "'v1'" in missing["Ready"]["message"]
+    unknown = by_type(
+        conditions.topic_conditions(topic("t"), volume=VOLUME, worker=None, worker_error="refused")
+    )
+    assert unknown["Ready"]["status"] == "Unknown" and unknown["Ready"]["message"] == "refused"
+    bad = topic("t", config={"retention.mss": 5})
+    invalid = by_type(conditions.topic_conditions(bad, volume=VOLUME, worker=worker_status()))
+    assert (
+        invalid["Ready"]["reason"] == "InvalidConfig"
+        and "retention.mss" in invalid["Ready"]["message"]
+    )
+    paused = topic("t")
+    paused["metadata"]["annotations"] = {
+        "logkeeper.io/pause-reconciliation": "true",
+        "logkeeper.io/pause-retention": "true",
+    }
+    found = by_type(conditions.topic_conditions(paused, volume=VOLUME, worker=None))
+    assert found["ReconciliationPaused"]["status"] == "True"
+    assert found["RetentionPaused"]["reason"] == "PauseRequested"
+
+
+def test_figures_for_topic_and_volume() -> None:
+    status = worker_status(
+        lastClean={"messages_read": 10, "messages_written": 4, "size_reduction": 0.5},
+        lastCleanMs=1_700_000_000_000,
+    )
+    figures = conditions.topic_figures("t", status)
+    assert (
+        figures["partitions"] == 2
+        and figures["sizeBytes"] == 20
+        and figures["maxDirtyRatio"] == 0.5
+    )
+    first = figures["partitionStatus"][0]
+    assert first["lastCleanTime"] == "2023-11-14T22:13:20Z"
+    assert first["lastCleanResult"] == "10 -> 4 records, 50.0% smaller"
+    volume = conditions.volume_figures(status)
+    assert volume == {
+        "topics": 1,
+        "partitions": 2,
+        "sizeBytes": 20,
+        "maxDirtyRatio": 0.5,
+        "uncleanablePartitions": 0,
+        "diskFreeBytes": 100,
+    }
+    conds = by_type(conditions.volume_conditions(VOLUME, children_ready=True, worker=status))
+    assert conds["Ready"]["status"] == "True" and conds["RetentionPaused"]["status"] == "True"
+    broken = {**status, "config": {"topics": {"error": "t.yaml: bad"}}}
+    conds = by_type(conditions.volume_conditions(VOLUME, children_ready=True, worker=broken))
+    assert conds["Degraded"]["status"] == "True" and "t.yaml: bad" in conds["Degraded"]["message"]
+
+
+def test_rendered_yaml_round_trips() -> None:
+    for manifest in (
+        render.stateful_set(VOLUME, "i"),
+        render.service(VOLUME),
+        render.config_map(VOLUME, []),
+    ):
+        assert yaml.safe_load(yaml.safe_dump(manifest)) == manifest
