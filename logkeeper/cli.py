@@ -199,6 +199,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "operator",
+        help="run the Kubernetes operator (StorageVolume and Topic resources)",
+        description=(
+            "Reconciles StorageVolume and Topic resources into per-volume workers and keeps "
+            "their status (kopf). Uses the in-cluster service account, else the kubeconfig. "
+            "Environment: LOGKEEPER_WORKER_IMAGE (the worker image), "
+            "LOGKEEPER_STATUS_INTERVAL_S (how often worker status is read, default 15)."
+        ),
+    )
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="namespace to watch (repeatable; default: all namespaces)",
+    )
+    p.add_argument(
+        "--liveness",
+        default=None,
+        metavar="URL",
+        help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz",
+    )
+
+    p = sub.add_parser(
         "demo", help="run the embedded default: example topics in a local directory, with a report"
     )
     p.add_argument(
@@ -234,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "retention": cmd_retention,
         "clean": cmd_clean,
         "serve": cmd_serve,
+        "operator": cmd_operator,
         "demo": cmd_demo,
     }
     try:
@@ -550,6 +574,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         log_level="INFO" if level == "WARNING" else level,
     )
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from storageoperator.main import run
+
+    return run(args.namespace, liveness_endpoint=args.liveness)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

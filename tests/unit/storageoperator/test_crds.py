@@ -9,10 +9,10 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from storageoperator import crds
 
 from storagecore.config import IGNORED_TOPIC_CONFIG_KEYS, TOPIC_CONFIG_KEYS, LogConfig
 from storagecore.errors import ConfigError
+from storageoperator import crds
 from tests.k8s.cel import compile_rule, violations
 
 ROOT = Path(__file__).parents[3]

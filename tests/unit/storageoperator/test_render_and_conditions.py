@@ -6,9 +6,9 @@ import copy
 from typing import Any
 
 import yaml
-from storageoperator import conditions, render
 
 from storagecore.config import parse_topic_manifests
+from storageoperator import conditions, render
 from storageworker.settings import load_settings
 
 VOLUME: dict[str, Any] = {

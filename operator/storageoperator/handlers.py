@@ -1,0 +1,457 @@
+"""The kopf handlers: thin. They read what they need, call the pure functions of
+:mod:`storageoperator.render` and :mod:`storageoperator.conditions`, and write only what differs
+(so that after convergence the operator makes no writes).
+
+* StorageVolume created/changed/resumed → its ConfigMap, StatefulSet, Service (and
+  ServiceMonitor) created or patched, owned by the volume. With
+  ``logkeeper.io/pause-reconciliation`` the children are left alone.
+* Topic created/changed/resumed → its volume's ConfigMap re-rendered (a paused Topic keeps its
+  entry as it was). Topic deleted (a finalizer) → removed from the ConfigMap, so the worker
+  applies the deletion policy; the finalizer waits for the worker to confirm, and is released
+  with a Warning event saying what was left when the worker cannot confirm.
+* A timer per StorageVolume reads the worker's ``/v1/status`` (pod IP, port ``http``) and
+  writes the volume's and its Topics' status and conditions.
+
+API calls go through :func:`retrying`: 409 and 5xx answers are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import kopf
+import kubernetes
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from storageoperator import conditions, render
+
+logger = logging.getLogger(__name__)
+
+GROUP = "logkeeper.io"
+VERSION = "v1alpha1"
+FINALIZER = "logkeeper.io/finalizer"
+IMAGE = os.environ.get("LOGKEEPER_WORKER_IMAGE", "ghcr.io/logkeeper/logkeeper:0.1.0")
+STATUS_INTERVAL_S = float(os.environ.get("LOGKEEPER_STATUS_INTERVAL_S", "15"))
+#: How long a Topic deletion waits for the worker to confirm before releasing the finalizer.
+DELETE_WAIT_S = float(os.environ.get("LOGKEEPER_DELETE_WAIT_S", "120"))
+RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+RETRIES = 6
+
+T = TypeVar("T")
+
+
+def _as_body(obj: Mapping[str, Any]) -> kopf.Body:
+    """A resource read through the API client, for kopf.adopt and kopf's event helpers (they
+    read only apiVersion, kind and metadata)."""
+    return cast(kopf.Body, obj)
+
+
+def retrying(call: Callable[[], T], what: str) -> T:
+    """``call()``, again after 409 Conflict and server errors (0.1 s, doubling, 6 tries)."""
+    delay = 0.1
+    for attempt in range(RETRIES):
+        try:
+            return call()
+        except ApiException as exc:
+            if exc.status not in RETRY_STATUSES or attempt == RETRIES - 1:
+                raise
+            logger.warning("%s: HTTP %s, retrying in %.1fs", what, exc.status, delay)
+            time.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+# -- configuration -------------------------------------------------------------------------
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Progress and the diff base in annotations: the CRDs' status schemas would prune kopf's
+    # own status fields.
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+
+
+def _custom() -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi()
+
+
+def _core() -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api()
+
+
+def _apps() -> kubernetes.client.AppsV1Api:
+    return kubernetes.client.AppsV1Api()
+
+
+def list_topics(namespace: str) -> list[dict[str, Any]]:
+    result: dict[str, Any] = retrying(
+        lambda: cast(
+            dict[str, Any],
+            _custom().list_namespaced_custom_object(GROUP, VERSION, namespace, "topics"),
+        ),
+        f"list Topics in {namespace}",
+    )
+    return list(result.get("items") or [])
+
+
+def get_volume(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        volume: dict[str, Any] = retrying(
+            lambda: cast(
+                dict[str, Any],
+                _custom().get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "storagevolumes", name
+                ),
+            ),
+            f"get StorageVolume {namespace}/{name}",
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return volume
+
+
+# -- children --------------------------------------------------------------------------------
+
+
+def _differs(desired: Any, current: Any) -> bool:
+    """Whether applying ``desired`` would change ``current``, looking only at the fields we
+    set: the API server adds defaults (and kopf.adopt owner references) that must not count,
+    or every pass would write again."""
+    if isinstance(desired, Mapping):
+        if not isinstance(current, Mapping):
+            return True
+        for key, value in desired.items():
+            if key in ("apiVersion", "kind"):
+                continue
+            if key == "ownerReferences":
+                uids = {o.get("uid") for o in current.get(key) or ()}
+                if any(o.get("uid") not in uids for o in value):
+                    return True
+                continue
+            if _differs(value, current.get(key)):
+                return True
+        return False
+    if isinstance(desired, list):
+        if not isinstance(current, list) or len(desired) != len(current):
+            return True
+        return any(_differs(d, c) for d, c in zip(desired, current, strict=True))
+    return bool(desired != current)
+
+
+def apply_child(manifest: dict[str, Any], namespace: str) -> bool:
+    """Create or merge-patch one child; True when something was written."""
+    kind, name = manifest["kind"], manifest["metadata"]["name"]
+    readers: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {
+        "ConfigMap": (
+            _core().read_namespaced_config_map,
+            _core().create_namespaced_config_map,
+            _core().patch_namespaced_config_map,
+        ),
+        "Service": (
+            _core().read_namespaced_service,
+            _core().create_namespaced_service,
+            _core().patch_namespaced_service,
+        ),
+        "StatefulSet": (
+            _apps().read_namespaced_stateful_set,
+            _apps().create_namespaced_stateful_set,
+            _apps().patch_namespaced_stateful_set,
+        ),
+    }
+    what = f"{kind} {namespace}/{name}"
+    if kind == "ServiceMonitor":
+        return _apply_service_monitor(manifest, namespace)
+    read, create, patch = readers[kind]
+    try:
+        current = retrying(lambda: read(name, namespace), f"read {what}")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        retrying(lambda: create(namespace, manifest), f"create {what}")
+        logger.info("Created %s", what)
+        return True
+    current_dict = kubernetes.client.ApiClient().sanitize_for_serialization(current)
+    if not _differs(manifest, current_dict):
+        return False
+    retrying(lambda: patch(name, namespace, manifest), f"patch {what}")
+    logger.info("Updated %s", what)
+    return True
+
+
+def _apply_service_monitor(manifest: dict[str, Any], namespace: str) -> bool:
+    name = manifest["metadata"]["name"]
+    api = _custom()
+    try:
+        current = api.get_namespaced_custom_object(
+            "monitoring.coreos.com", "v1", namespace, "servicemonitors", name
+        )
+    except ApiException as exc:
+        if exc.status == 404 and "servicemonitors" not in str(exc.body or ""):
+            pass
+        if exc.status != 404:
+            raise
+        try:
+            api.create_namespaced_custom_object(
+                "monitoring.coreos.com", "v1", namespace, "servicemonitors", manifest
+            )
+        except ApiException as create_error:
+            if create_error.status == 404:  # no Prometheus Operator in this cluster
+                logger.warning("ServiceMonitor %s skipped: the CRD is not installed", name)
+                return False
+            raise
+        return True
+    if not _differs(manifest, current):
+        return False
+    api.patch_namespaced_custom_object(
+        "monitoring.coreos.com", "v1", namespace, "servicemonitors", name, manifest
+    )
+    return True
+
+
+def _paused_entries(
+    namespace: str, volume_name: str, topics: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The Topics to render: live ones, a paused Topic as the ConfigMap has it now."""
+    paused = {
+        t["metadata"]["name"]
+        for t in topics
+        if conditions.annotation(t, conditions.PAUSE_RECONCILIATION)
+    }
+    result = [t for t in topics if t["metadata"]["name"] not in paused]
+    if not paused:
+        return result
+    try:
+        current = _core().read_namespaced_config_map(render.child_name(volume_name), namespace)
+        documents = list(yaml.safe_load_all((current.data or {}).get("topics.yaml") or ""))
+    except ApiException:
+        documents = []
+    for document in documents:
+        if isinstance(document, dict) and (document.get("metadata") or {}).get("name") in paused:
+            result.append(document)
+    return result
+
+
+def reconcile_volume(volume: Mapping[str, Any]) -> list[str]:
+    """Make the volume's children match; the names of those written."""
+    namespace = volume["metadata"]["namespace"]
+    name = volume["metadata"]["name"]
+    topics = render.topics_of_volume(name, list_topics(namespace))
+    children = [
+        render.config_map(volume, _paused_entries(namespace, name, topics)),
+        render.stateful_set(volume, IMAGE),
+        render.service(volume),
+    ]
+    monitor = render.service_monitor(volume)
+    if monitor is not None:
+        children.append(monitor)
+    written = []
+    for child in children:
+        kopf.adopt(child, owner=_as_body(volume))
+        if apply_child(child, namespace):
+            written.append(f"{child['kind']}/{child['metadata']['name']}")
+    return written
+
+
+@kopf.on.resume(GROUP, VERSION, "storagevolumes")
+@kopf.on.create(GROUP, VERSION, "storagevolumes")
+@kopf.on.update(GROUP, VERSION, "storagevolumes")
+def volume_changed(body: kopf.Body, **_: Any) -> None:
+    if conditions.annotation(body, conditions.PAUSE_RECONCILIATION):
+        logger.info("StorageVolume %s: reconciliation paused", body["metadata"]["name"])
+        return
+    written = reconcile_volume(body)
+    if written:
+        kopf.info(_as_body(body), reason="Reconciled", message=f"applied {', '.join(written)}")
+
+
+def _refresh_volume_config(namespace: str, volume_name: str) -> None:
+    volume = get_volume(namespace, volume_name)
+    if volume is None or conditions.annotation(volume, conditions.PAUSE_RECONCILIATION):
+        return
+    topics = render.topics_of_volume(volume_name, list_topics(namespace))
+    child = render.config_map(volume, _paused_entries(namespace, volume_name, topics))
+    kopf.adopt(child, owner=_as_body(volume))
+    apply_child(child, namespace)
+
+
+@kopf.on.resume(GROUP, VERSION, "topics")
+@kopf.on.create(GROUP, VERSION, "topics")
+@kopf.on.update(GROUP, VERSION, "topics")
+def topic_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    assert namespace is not None, "Topics are namespaced"
+    volume_name = str(body["spec"]["volume"])
+    volume = get_volume(namespace, volume_name)
+    if volume is not None:
+        _refresh_volume_config(namespace, volume_name)
+    write_topic_status(body, volume=volume, worker=None, worker_error=None)
+
+
+@kopf.on.delete(GROUP, VERSION, "topics")
+def topic_deleted(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """The worker applies the deletion policy once the Topic leaves its ConfigMap; wait for it
+    to confirm (the partitions gone, or reported as orphaned), at most DELETE_WAIT_S."""
+    assert namespace is not None, "Topics are namespaced"
+    name = conditions.topic_name(body)
+    volume_name = str(body["spec"]["volume"])
+    policy = body["spec"].get("deletionPolicy", "Retain")
+    _refresh_volume_config(namespace, volume_name)
+    worker, error = fetch_worker_status(namespace, volume_name)
+    if worker is not None:
+        present = any(p.get("topic") == name for p in worker.get("partitions") or ())
+        orphaned = any(o.rsplit("-", 1)[0] == name for o in worker.get("orphanedLogs") or ())
+        if (policy == "Delete" and not present) or (
+            policy == "Retain" and (orphaned or not present)
+        ):
+            kopf.info(
+                _as_body(body),
+                reason="Deleted",
+                message=f"topic {name}: data {'deleted' if policy == 'Delete' else 'retained'}",
+            )
+            return
+    started = body["metadata"].get("deletionTimestamp")
+    age = _age_s(started)
+    if worker is None or age > DELETE_WAIT_S:
+        kopf.warn(
+            _as_body(body),
+            reason="DeletedUnconfirmed",
+            message=f"topic {name}: the worker of {volume_name} did not confirm "
+            f"({error or 'timed out'}); with deletionPolicy {policy} its data may be left on "
+            "the volume",
+        )
+        return
+    raise kopf.TemporaryError(f"waiting for the worker to apply deletionPolicy {policy}", delay=2)
+
+
+def _age_s(timestamp: str | None) -> float:
+    if not timestamp:
+        return 0.0
+    moment = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return (datetime.datetime.now(datetime.UTC) - moment).total_seconds()
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def fetch_worker_status(
+    namespace: str, volume_name: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The worker's /v1/status through its pod's IP, or (None, why not)."""
+    pod_name = f"{render.child_name(volume_name)}-0"
+    try:
+        pod = retrying(
+            lambda: _core().read_namespaced_pod(pod_name, namespace), f"read pod {pod_name}"
+        )
+    except ApiException as exc:
+        return None, f"pod {pod_name}: {exc.status} {exc.reason}"
+    ip = pod.status.pod_ip if pod.status else None
+    if not ip:
+        return None, f"pod {pod_name} has no IP yet"
+    url = f"http://{ip}:{render.HTTP_PORT}/v1/status"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return dict(json.load(response)), None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, f"{url}: {exc}"
+
+
+def _now() -> str:
+    return conditions.now_rfc3339(datetime.datetime.now(datetime.UTC))
+
+
+def _status_patch(
+    body: Mapping[str, Any], figures: dict[str, Any], conds: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    previous = body.get("status") or {}
+    merged = conditions.merge(previous.get("conditions"), conds, _now())
+    status = {
+        **{k: v for k, v in figures.items() if v is not None},
+        "observedGeneration": int(body["metadata"].get("generation") or 0),
+        "conditions": merged,
+    }
+    unchanged = all(previous.get(k) == v for k, v in status.items())
+    return None if unchanged else status
+
+
+def write_topic_status(
+    body: Mapping[str, Any],
+    *,
+    volume: Mapping[str, Any] | None,
+    worker: Mapping[str, Any] | None,
+    worker_error: str | None,
+) -> None:
+    conds = conditions.topic_conditions(
+        body, volume=volume, worker=worker, worker_error=worker_error
+    )
+    figures = conditions.topic_figures(conditions.topic_name(body), worker)
+    status = _status_patch(body, figures, conds)
+    if status is None:
+        return
+    meta = body["metadata"]
+    retrying(
+        lambda: _custom().patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], "topics", meta["name"], {"status": status}
+        ),
+        f"status of Topic {meta['name']}",
+    )
+    before = {c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or ()}
+    for item in status["conditions"]:
+        if before.get(item["type"]) not in (None, item["status"]) and item["type"] in (
+            "Ready",
+            "Degraded",
+        ):
+            (
+                kopf.warn
+                if (item["type"] == "Degraded") == (item["status"] == "True")
+                else kopf.info
+            )(_as_body(body), reason=item["reason"], message=f"{item['type']}={item['status']}")
+
+
+@kopf.timer(GROUP, VERSION, "storagevolumes", interval=STATUS_INTERVAL_S, initial_delay=1.0)
+def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    assert namespace is not None, "StorageVolumes are namespaced"
+    name = body["metadata"]["name"]
+    worker, error = fetch_worker_status(namespace, name)
+    try:
+        retrying(
+            lambda: _apps().read_namespaced_stateful_set(render.child_name(name), namespace),
+            "read sts",
+        )
+        children_ready = True
+    except ApiException:
+        children_ready = False
+    conds = conditions.volume_conditions(
+        body, children_ready=children_ready, worker=worker, worker_error=error
+    )
+    status = _status_patch(body, conditions.volume_figures(worker), conds)
+    if status is not None:
+        retrying(
+            lambda: _custom().patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, "storagevolumes", name, {"status": status}
+            ),
+            f"status of StorageVolume {name}",
+        )
+    for topic in list_topics(namespace):
+        if (topic.get("spec") or {}).get("volume") == name and not topic["metadata"].get(
+            "deletionTimestamp"
+        ):
+            write_topic_status(topic, volume=body, worker=worker, worker_error=error)
