@@ -32,6 +32,7 @@ CEL cost limits, protobuf bodies and table output (kubectl's needs are a later s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -203,6 +204,7 @@ class ApiError(Exception):
         return aiohttp.web.json_response(body, status=self.code)
 
 
+STALE = "the object has been modified; please apply your changes to the latest version"
 REASONS = {
     404: "NotFound",
     409: "Conflict",
@@ -392,8 +394,8 @@ class FakeApiServer(kmock.KubernetesScaffold):
         if not selector:
             return True
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        for term in selector.split(","):
-            term = term.strip()
+        for raw_term in selector.split(","):
+            term = raw_term.strip()
             if "!=" in term:
                 key, value = term.split("!=", 1)
                 if labels.get(key.strip()) == value.strip():
@@ -467,12 +469,10 @@ class FakeApiServer(kmock.KubernetesScaffold):
                         continue
                     await response.write(json.dumps(event).encode() + b"\n")
                 async with self._changed:
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(
                             self._changed.wait(), max(deadline - loop.time(), 0.01)
                         )
-                    except TimeoutError:
-                        pass
         except (ConnectionResetError, asyncio.CancelledError):
             return response
         await response.write_eof()
@@ -644,7 +644,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
                     raise ApiError(
                         409,
                         "Conflict",
-                        "the object has been modified; please apply your changes to the latest version and try again",
+                        STALE,
                     )
         return self._commit(rtype, key, old, new, sub, dry_run)
 
@@ -667,7 +667,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
             raise ApiError(
                 409,
                 "Conflict",
-                "the object has been modified; please apply your changes to the latest version and try again",
+                STALE,
             )
         return self._commit(rtype, key, old, copy.deepcopy(data), sub, dry_run)
 
