@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 GROUP = "logkeeper.io"
 VERSION = "v1alpha1"
 FINALIZER = "logkeeper.io/finalizer"
+KOPF_PREFIX = "kopf.logkeeper.io"
 IMAGE = os.environ.get("LOGKEEPER_WORKER_IMAGE", "ghcr.io/logkeeper/logkeeper:0.1.0")
 STATUS_INTERVAL_S = float(os.environ.get("LOGKEEPER_STATUS_INTERVAL_S", "15"))
 #: How long a Topic deletion waits for the worker to confirm before releasing the finalizer.
@@ -78,9 +79,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Progress and the diff base in annotations: the CRDs' status schemas would prune kopf's
     # own status fields.
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    # Not under logkeeper.io/: kopf leaves annotations with its own prefix out of the diff, and
+    # the control annotations (logkeeper.io/pause-cleaning ...) must trigger handlers.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
     try:
@@ -187,9 +190,15 @@ def apply_child(manifest: dict[str, Any], namespace: str) -> bool:
     except ApiException as exc:
         if exc.status != 404:
             raise
-        retrying(lambda: create(namespace, manifest), f"create {what}")
-        logger.info("Created %s", what)
-        return True
+        try:
+            create(namespace, manifest)
+            logger.info("Created %s", what)
+            return True
+        except ApiException as create_error:
+            # Another handler (a Topic's, the volume's) created it meanwhile: patch it instead.
+            if create_error.status != 409:
+                raise
+        current = retrying(lambda: read(name, namespace), f"read {what}")
     current_dict = kubernetes.client.ApiClient().sanitize_for_serialization(current)
     if not _differs(manifest, current_dict):
         return False

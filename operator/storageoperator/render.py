@@ -63,15 +63,16 @@ def selector(volume_name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "logkeeper", VOLUME_LABEL: volume_name}
 
 
+#: The annotations the worker acts on; no other (kubectl's last-applied configuration, kopf's
+#: own state) goes into the ConfigMap, which would change it on every pass.
+WORKER_ANNOTATIONS: Final = frozenset(
+    f"{ANNOTATION_PREFIX}{name}" for name in ("pause-cleaning", "pause-retention", "compact-now")
+)
+
+
 def logkeeper_annotations(metadata: Mapping[str, Any]) -> dict[str, str]:
-    """Only the annotations the worker acts on (others, such as kubectl's last-applied
-    configuration, stay out of the ConfigMap)."""
     annotations = metadata.get("annotations") or {}
-    return {
-        str(k): str(v)
-        for k, v in sorted(annotations.items())
-        if str(k).startswith(ANNOTATION_PREFIX)
-    }
+    return {str(k): str(v) for k, v in sorted(annotations.items()) if k in WORKER_ANNOTATIONS}
 
 
 def _clean_manifest(kind: str, body: Mapping[str, Any]) -> Manifest:

@@ -40,6 +40,7 @@ import json
 import secrets
 import threading
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -222,13 +223,16 @@ class FakeApiServer(kmock.KubernetesScaffold):
     _events: list[tuple[int, tuple[str, str], dict[str, Any]]] = attrs.field(
         factory=list, init=False
     )
-    _changed: asyncio.Condition | None = attrs.field(default=None, init=False)
+    _watchers: set[asyncio.Event] = attrs.field(factory=set, init=False)
     faults: list[Fault] = attrs.field(factory=list, init=False)
     writes: list[Write] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        self.resources.load_bundled()
+        # kmock reads its bundled discovery data with a deprecated importlib call.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.resources.load_bundled()
 
     # -- public helpers for tests ---------------------------------------------------------------
     def inject(self, method: str, path_contains: str, status: int, times: int = 1) -> None:
@@ -437,8 +441,6 @@ class FakeApiServer(kmock.KubernetesScaffold):
         namespace: str | None,
         name: str | None,
     ) -> aiohttp.web.StreamResponse:
-        if self._changed is None:
-            self._changed = asyncio.Condition()
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(raw)
         since = int(raw.query.get("resourceVersion") or 0)
@@ -446,16 +448,18 @@ class FakeApiServer(kmock.KubernetesScaffold):
         timeout = float(raw.query.get("timeoutSeconds") or 3600)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        wake = asyncio.Event()
+        self._watchers.add(wake)
         position = 0
-        if since == 0:  # no version: the current objects first, as ADDED
-            for obj in self._list(rtype, namespace, selector)["items"]:
-                if name is None or obj["metadata"]["name"] == name:
-                    await response.write(
-                        json.dumps({"type": "ADDED", "object": obj}).encode() + b"\n"
-                    )
-            position = len(self._events)
         try:
+            if since == 0:  # no version: the current objects first, as ADDED
+                for obj in self._list(rtype, namespace, selector)["items"]:
+                    if name is None or obj["metadata"]["name"] == name:
+                        event = {"type": "ADDED", "object": obj}
+                        await response.write(json.dumps(event).encode() + b"\n")
+                position = len(self._events)
             while loop.time() < deadline:
+                wake.clear()
                 for rv, (api_version, plural), event in self._events[position:]:
                     position += 1
                     if (api_version, plural) != (rtype.api_version, rtype.plural) or rv <= since:
@@ -468,31 +472,22 @@ class FakeApiServer(kmock.KubernetesScaffold):
                     if not self._matches(event["object"], selector):
                         continue
                     await response.write(json.dumps(event).encode() + b"\n")
-                async with self._changed:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(
-                            self._changed.wait(), max(deadline - loop.time(), 0.01)
-                        )
-        except (ConnectionResetError, asyncio.CancelledError):
-            return response
-        await response.write_eof()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), max(deadline - loop.time(), 0.01))
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError, RuntimeError):
+            pass  # the client went away, or the server is stopping
+        finally:
+            self._watchers.discard(wake)
         return response
 
-    async def _emit(self, rtype: ResourceType, kind: str, obj: dict[str, Any]) -> None:
-        self._events.append(
-            (
-                self._rv,
-                (rtype.api_version, rtype.plural),
-                {"type": kind, "object": copy.deepcopy(obj)},
-            )
-        )
-        if self._changed is None:
-            self._changed = asyncio.Condition()
-        async with self._changed:
-            self._changed.notify_all()
-
     def _emit_soon(self, rtype: ResourceType, kind: str, obj: dict[str, Any]) -> None:
-        asyncio.get_running_loop().create_task(self._emit(rtype, kind, obj))
+        """Record the event (with the object's own version) and wake the watchers."""
+        version = int((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
+        event = {"type": kind, "object": copy.deepcopy(obj)}
+        self._events.append((version, (rtype.api_version, rtype.plural), event))
+        for wake in list(self._watchers):
+            wake.set()
 
     # -- writes ---------------------------------------------------------------------------------
     def _bump(self) -> str:
@@ -736,8 +731,12 @@ class FakeCluster:
 
         async def start() -> None:
             app = aiohttp.web.Application(client_max_size=64 << 20)
-            app.router.add_route("*", "/{tail:.*}", self.server)
-            self._runner = aiohttp.web.AppRunner(app, handle_signals=False)
+
+            async def handle(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+                return await self.server(request)
+
+            app.router.add_route("*", "/{tail:.*}", handle)
+            self._runner = aiohttp.web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
             await self._runner.setup()
             site = aiohttp.web.TCPSite(self._runner, "127.0.0.1", 0)
             await site.start()
@@ -760,7 +759,12 @@ class FakeCluster:
         async def shutdown() -> None:
             if self._runner is not None:
                 await self._runner.cleanup()
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        self.loop.close()

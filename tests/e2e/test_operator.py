@@ -1,0 +1,278 @@
+"""End to end: the real operator (``logkeeper operator``, a process) against the fake API
+server, with the fake kubelet starting the real worker (``logkeeper serve``) from the rendered
+StatefulSet and ConfigMap. Resources are written with the official kubernetes client.
+
+Covered here: children with owner references and labels; Ready conditions with per-partition
+figures from the worker; a config change reaching the worker; pause annotations taking effect in
+the worker and in the conditions; an invalid Topic rejected at admission; deletion honouring
+the deletion policy through the finalizer; no writes after convergence; 409 and 500 answers
+retried.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from tests.k8s.fake_apiserver import FakeCluster
+from tests.k8s.kubelet import FakeKubelet
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).parents[2]
+GROUP, VERSION, NS = "logkeeper.io", "v1alpha1", "default"
+STATUS_INTERVAL_S = 1.0
+
+
+class Env:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.cluster = FakeCluster(root)
+        configuration = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(
+            str(self.cluster.kubeconfig), client_configuration=configuration
+        )
+        self.api = kubernetes.client.ApiClient(configuration)
+        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.apps = kubernetes.client.AppsV1Api(self.api)
+        extensions = kubernetes.client.ApiextensionsV1Api(self.api)
+        for path in sorted((ROOT / "crds").glob("*.yaml")):
+            extensions.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        self.kubelet = FakeKubelet(self.api, root / "nodes")
+        self.kubelet.start()
+        self.operator_log = open(root / "operator.log", "wb")  # noqa: SIM115
+        self.operator = subprocess.Popen(
+            [sys.executable, "-m", "logkeeper.cli", "--log-level", "INFO", "operator"],
+            stdout=self.operator_log,
+            stderr=subprocess.STDOUT,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "KUBECONFIG": str(self.cluster.kubeconfig),
+                "LOGKEEPER_STATUS_INTERVAL_S": str(STATUS_INTERVAL_S),
+                "LOGKEEPER_DELETE_WAIT_S": "30",
+                "LOGKEEPER_WORKER_IMAGE": "logkeeper:test",
+            },
+        )
+
+    def stop(self) -> None:
+        self.operator.terminate()
+        try:
+            self.operator.wait(30)
+        except subprocess.TimeoutExpired:
+            self.operator.kill()
+        self.operator_log.close()
+        self.kubelet.stop()
+        self.cluster.stop()
+
+    def logs(self) -> str:
+        return (self.root / "operator.log").read_text(errors="replace")
+
+    def get(self, plural: str, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, NS, plural, name))
+
+    def condition(self, plural: str, name: str, kind: str) -> dict[str, Any] | None:
+        status = self.get(plural, name).get("status") or {}
+        return next((c for c in status.get("conditions") or () if c["type"] == kind), None)
+
+    def wait(self, check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except (kubernetes.client.ApiException, KeyError, TypeError) as exc:
+                last = exc
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what} ({last})\n{self.logs()[-6000:]}")
+
+    def worker_status(self) -> dict[str, Any]:
+        import json
+        import urllib.request
+
+        pod = self.kubelet.wait_ready(NS, "lk-demo-volume-0")
+        with urllib.request.urlopen(f"http://{pod.ip}:8080/v1/status", timeout=5) as response:
+            return dict(json.load(response))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    environment = Env(tmp_path)
+    try:
+        yield environment
+    finally:
+        environment.stop()
+
+
+def examples() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    volume = yaml.safe_load((ROOT / "examples" / "storagevolume.yaml").read_text())
+    volume["spec"]["worker"] = {"configReloadIntervalMs": 100, "shutdownGracePeriodMs": 5000}
+    volume["spec"]["cleaner"]["backoffMs"] = 100
+    topics = list(yaml.safe_load_all((ROOT / "examples" / "topics.yaml").read_text()))
+    return volume, topics
+
+
+def ready(env: Env, plural: str, name: str) -> bool:
+    condition = env.condition(plural, name, "Ready")
+    return condition is not None and condition["status"] == "True"
+
+
+def test_volume_and_topics_reach_ready_and_follow_changes(env: Env) -> None:
+    volume, topics = examples()
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "storagevolumes", volume)
+    for topic in topics:
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "topics", topic)
+
+    # Children, owned by the volume, with the recommended labels.
+    env.wait(lambda: env.apps.read_namespaced_stateful_set("lk-demo-volume", NS) is not None, "sts")
+    sts = env.apps.read_namespaced_stateful_set("lk-demo-volume", NS)
+    owner = env.get("storagevolumes", "demo-volume")["metadata"]["uid"]
+    assert [o.uid for o in sts.metadata.owner_references] == [owner]
+    assert sts.metadata.labels["app.kubernetes.io/managed-by"] == "logkeeper-operator"
+    service = env.core.read_namespaced_service("lk-demo-volume", NS)
+    assert {p.name: p.port for p in service.spec.ports} == {"kafka": 9092, "http": 8080}
+    config_map = env.core.read_namespaced_config_map("lk-demo-volume", NS)
+    assert "user-profiles" in config_map.data["topics.yaml"]
+
+    # The worker runs and the operator reports it.
+    env.kubelet.wait_ready(NS, "lk-demo-volume-0")
+    env.wait(lambda: ready(env, "storagevolumes", "demo-volume"), "volume Ready")
+    for topic in topics:
+        env.wait(lambda t=topic: ready(env, "topics", t["metadata"]["name"]), "topic Ready")
+    orders = env.get("topics", "orders")
+    assert orders["status"]["observedGeneration"] == orders["metadata"]["generation"] == 1
+    assert [p["partition"] for p in orders["status"]["partitionStatus"]] == [0, 1, 2]
+    volume_status = env.get("storagevolumes", "demo-volume")["status"]
+    assert volume_status["partitions"] == 6 and volume_status["topics"] == 3
+
+    # A config change reaches the worker: more partitions.
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, "topics", "orders", {"spec": {"partitions": 4}}
+    )
+    env.wait(
+        lambda: len([p for p in env.worker_status()["partitions"] if p["topic"] == "orders"]) == 4,
+        "the worker to have 4 partitions",
+    )
+    env.wait(
+        lambda: (
+            env.get("topics", "orders")["status"].get("partitions") == 4
+            and env.get("topics", "orders")["status"]["observedGeneration"] == 2
+        ),
+        "the status to follow",
+    )
+
+    # Pause cleaning through the annotation: in the worker and as a condition.
+    env.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "topics",
+        "user-profiles",
+        {"metadata": {"annotations": {"logkeeper.io/pause-cleaning": "true"}}},
+    )
+    env.wait(
+        lambda: all(
+            p["pausedCleaning"]
+            for p in env.worker_status()["partitions"]
+            if p["topic"] == "user-profiles"
+        ),
+        "the worker to pause cleaning",
+    )
+    env.wait(
+        lambda: (
+            (env.condition("topics", "user-profiles", "CleaningPaused") or {}).get("reason")
+            == "PausedOnWorker"
+        ),
+        "CleaningPaused confirmed by the worker",
+    )
+    paused = env.condition("topics", "user-profiles", "CleaningPaused")
+    assert paused is not None and paused["status"] == "True"
+    assert paused["message"] == "cleaning paused: annotation on the Topic"
+    env.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "topics",
+        "user-profiles",
+        {"metadata": {"annotations": {"logkeeper.io/pause-cleaning": None}}},
+    )
+    env.wait(
+        lambda: (
+            (env.condition("topics", "user-profiles", "CleaningPaused") or {}).get("status")
+            == "False"
+        ),
+        "CleaningPaused cleared",
+    )
+
+    # An invalid Topic is refused at admission, naming the field.
+    bad = copy.deepcopy(topics[0])
+    bad["metadata"]["name"] = "bad"
+    bad["spec"]["config"] = {"retention.ms": -5}
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "topics", bad)
+    assert refused.value.status == 422 and "retention.ms" in refused.value.body
+
+    # After convergence the operator writes nothing.
+    time.sleep(3 * STATUS_INTERVAL_S)
+    before = len(env.cluster.server.writes)
+    time.sleep(4 * STATUS_INTERVAL_S)
+    late = env.cluster.server.writes[before:]
+    assert late == [], [f"{w.method} {w.path}" for w in late]
+
+
+def test_deletion_policy_and_retried_errors(env: Env) -> None:
+    volume, _ = examples()
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "storagevolumes", volume)
+    for name, policy in (("kept", "Retain"), ("dropped", "Delete")):
+        env.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            NS,
+            "topics",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Topic",
+                "metadata": {"name": name},
+                "spec": {"volume": "demo-volume", "partitions": 1, "deletionPolicy": policy},
+            },
+        )
+    env.kubelet.wait_ready(NS, "lk-demo-volume-0")
+    for name in ("kept", "dropped"):
+        env.wait(lambda n=name: ready(env, "topics", n), f"{name} Ready")
+    pod = env.kubelet.pods[(NS, "lk-demo-volume-0")]
+    assert (pod.data_dir / "logs" / "dropped-0").is_dir()
+
+    # A 500 and a 409 on the next ConfigMap writes: retried, the change still lands.
+    env.cluster.call(lambda: env.cluster.server.inject("PATCH", "/configmaps/", 500))
+    env.cluster.call(lambda: env.cluster.server.inject("PATCH", "/configmaps/", 409))
+    for name in ("kept", "dropped"):
+        env.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, "topics", name)
+
+    def gone(name: str) -> bool:
+        try:
+            env.get("topics", name)
+        except kubernetes.client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    env.wait(lambda: gone("kept") and gone("dropped"), "both Topics deleted")
+    status = env.worker_status()
+    assert status["orphanedLogs"] == ["kept-0"]  # Retain: the data stays, reported
+    assert not any(p["topic"] == "dropped" for p in status["partitions"])  # Delete: gone
+    assert (pod.data_dir / "logs" / "kept-0").is_dir()
+    assert not (pod.data_dir / "logs" / "dropped-0").exists()
+    injected = [w for w in env.cluster.server.writes if w.status in (409, 500)]
+    assert len(injected) >= 2
+    assert "retrying" in env.logs()

@@ -1,0 +1,218 @@
+"""A fake kubelet (and StatefulSet controller) for the operator's end-to-end tests.
+
+The fake API server runs no controllers. This helper plays their part for the worker: for
+each StatefulSet it creates the Pod ``<name>-0`` (owned by the StatefulSet, the template's
+labels, a pod IP of its own on loopback: ``127.0.0.N``), writes the ConfigMaps the pod mounts
+into a directory (updated in place, as the kubelet refreshes a ConfigMap volume), and starts
+the container's command as a real local process: ``logkeeper serve`` with the container's
+args, the mount paths mapped to temporary directories and ``--http-host`` set to the pod IP.
+It marks the Pod Ready when ``/readyz`` answers 200, and stops the process (SIGTERM) and
+deletes the Pod when the StatefulSet goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+
+ROOT = Path(__file__).parents[2]
+
+
+@dataclasses.dataclass
+class RunningPod:
+    namespace: str
+    name: str
+    ip: str
+    process: subprocess.Popen[bytes]
+    config_dir: Path
+    data_dir: Path
+    config_maps: list[str]
+    ready: bool = False
+    log: Path | None = None
+
+
+class FakeKubelet:
+    def __init__(self, api: kubernetes.client.ApiClient, root: Path) -> None:
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.apps = kubernetes.client.AppsV1Api(api)
+        self.root = root
+        self.pods: dict[tuple[str, str], RunningPod] = {}
+        self._next_ip = 2
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
+        self.errors: list[str] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        for pod in list(self.pods.values()):
+            self._terminate(pod)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self._stop.wait(0.2)
+
+    # -- one pass ---------------------------------------------------------------------------------
+    def sync(self) -> None:
+        sets = self.apps.list_stateful_set_for_all_namespaces().items
+        wanted = set()
+        for sts in sets:
+            namespace, name = sts.metadata.namespace, sts.metadata.name
+            key = (namespace, f"{name}-0")
+            wanted.add(key)
+            pod = self.pods.get(key)
+            if pod is None:
+                self.pods[key] = self._start(sts)
+            else:
+                self._write_config(pod)
+                self._check_ready(pod)
+        for key in [k for k in self.pods if k not in wanted]:
+            pod = self.pods.pop(key)
+            self._terminate(pod)
+            with contextlib.suppress(kubernetes.client.ApiException):
+                self.core.delete_namespaced_pod(pod.name, pod.namespace)
+
+    def _start(self, sts: Any) -> RunningPod:
+        namespace, name = sts.metadata.namespace, sts.metadata.name
+        pod_name = f"{name}-0"
+        ip = f"127.0.0.{self._next_ip}"
+        self._next_ip += 1
+        base = self.root / namespace / pod_name
+        config_dir, data_dir = base / "config", base / "data"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        template = sts.spec.template
+        container = template.spec.containers[0]
+        mounts = {m.name: m.mount_path for m in container.volume_mounts or ()}
+        config_maps = [
+            v.config_map.name for v in template.spec.volumes or () if v.config_map is not None
+        ]
+        paths = {mounts.get("data", "/data"): str(data_dir)}
+        for volume in template.spec.volumes or ():
+            if volume.config_map is not None and volume.name in mounts:
+                paths[mounts[volume.name]] = str(config_dir)
+        args = list(container.args or [])
+        for index, arg in enumerate(args):
+            for mount, local in paths.items():
+                if arg == mount or arg.startswith(mount + "/"):
+                    args[index] = local + arg[len(mount) :]
+            if index > 0 and args[index - 1] == "--http-host":
+                args[index] = ip
+        pod = RunningPod(namespace, pod_name, ip, None, config_dir, data_dir, config_maps)  # type: ignore[arg-type]
+        self._write_config(pod)
+        pod.log = base / "worker.log"
+        with open(pod.log, "ab") as log:
+            pod.process = subprocess.Popen(
+                [sys.executable, "-m", "logkeeper.cli", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "namespace": namespace,
+                "labels": dict(template.metadata.labels or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "StatefulSet",
+                        "name": name,
+                        "uid": sts.metadata.uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": kubernetes.client.ApiClient().sanitize_for_serialization(template.spec),
+        }
+        try:
+            self.core.create_namespaced_pod(namespace, body)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        self.core.patch_namespaced_pod_status(
+            pod_name,
+            namespace,
+            {
+                "status": {
+                    "phase": "Running",
+                    "podIP": ip,
+                    "conditions": [{"type": "Ready", "status": "False"}],
+                }
+            },
+        )
+        return pod
+
+    def _write_config(self, pod: RunningPod) -> None:
+        for name in pod.config_maps:
+            try:
+                config_map = self.core.read_namespaced_config_map(name, pod.namespace)
+            except kubernetes.client.ApiException:
+                continue
+            for key, value in (config_map.data or {}).items():
+                target = pod.config_dir / key
+                if not target.exists() or target.read_text(encoding="utf-8") != value:
+                    temporary = pod.config_dir / f".{key}.tmp"
+                    temporary.write_text(value, encoding="utf-8")
+                    temporary.replace(target)
+
+    def _check_ready(self, pod: RunningPod) -> None:
+        if pod.ready or pod.process.poll() is not None:
+            return
+        try:
+            with urllib.request.urlopen(f"http://{pod.ip}:8080/readyz", timeout=1) as response:
+                ready = response.status == 200
+        except (urllib.error.URLError, OSError):
+            ready = False
+        if ready:
+            pod.ready = True
+            self.core.patch_namespaced_pod_status(
+                pod.name,
+                pod.namespace,
+                {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            )
+
+    @staticmethod
+    def _terminate(pod: RunningPod) -> None:
+        if pod.process.poll() is None:
+            pod.process.send_signal(signal.SIGTERM)
+            try:
+                pod.process.wait(30)
+            except subprocess.TimeoutExpired:
+                pod.process.kill()
+                pod.process.wait(10)
+
+    def wait_ready(self, namespace: str, pod_name: str, timeout_s: float = 60) -> RunningPod:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pod = self.pods.get((namespace, pod_name))
+            if pod is not None and pod.ready:
+                return pod
+            time.sleep(0.1)
+        logs = "".join(
+            p.log.read_text(errors="replace")
+            for p in self.pods.values()
+            if p.log and p.log.exists()
+        )
+        raise AssertionError(f"pod {namespace}/{pod_name} not ready; errors {self.errors}\n{logs}")
