@@ -136,7 +136,14 @@ def test_volume_and_topics_reach_ready_and_follow_changes(env: Env) -> None:
         env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "topics", topic)
 
     # Children, owned by the volume, with the recommended labels.
-    env.wait(lambda: env.apps.read_namespaced_stateful_set("lk-demo-volume", NS) is not None, "sts")
+    env.wait(
+        lambda: (
+            env.apps.read_namespaced_stateful_set("lk-demo-volume", NS) is not None
+            and env.core.read_namespaced_service("lk-demo-volume", NS) is not None
+            and env.core.read_namespaced_config_map("lk-demo-volume", NS) is not None
+        ),
+        "the StatefulSet, Service and ConfigMap",
+    )
     sts = env.apps.read_namespaced_stateful_set("lk-demo-volume", NS)
     owner = env.get("storagevolumes", "demo-volume")["metadata"]["uid"]
     assert [o.uid for o in sts.metadata.owner_references] == [owner]
