@@ -49,6 +49,7 @@ import attrs
 import jsonschema
 import kmock
 
+from tests.k8s import protobuf
 from tests.k8s.cel import violations
 
 Key = tuple[str, str, str | None, str]  # (group/version, plural, namespace, name)
@@ -167,6 +168,19 @@ def _prune(schema: dict[str, Any], value: Any, path: str = "") -> Any:
     return value
 
 
+def _removed(before: Any, after: Any, path: str = "") -> list[str]:
+    """Paths present in ``before`` and pruned from ``after``."""
+    if not isinstance(before, dict):
+        return []
+    result = []
+    for key, value in before.items():
+        if not isinstance(after, dict) or key not in after:
+            result.append(f"{path}.{key}")
+        else:
+            result += _removed(value, after[key], f"{path}.{key}")
+    return result
+
+
 def _json_schema(schema: Any) -> Any:
     """The OpenAPI schema as draft-7 JSON schema (int-or-string, nullable)."""
     if isinstance(schema, list):
@@ -226,6 +240,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
     _watchers: set[asyncio.Event] = attrs.field(factory=set, init=False)
     faults: list[Fault] = attrs.field(factory=list, init=False)
     writes: list[Write] = attrs.field(factory=list, init=False)
+    _strict: bool = attrs.field(default=False, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -311,29 +326,118 @@ class FakeApiServer(kmock.KubernetesScaffold):
         }
 
     # -- request handling -----------------------------------------------------------------------
-    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        raw = request._raw_request
-        assert raw is not None
+    async def serve(self, raw: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        """The entry point: objects and OpenAPI here, discovery by kmock. (kmock's own request
+        parsing is not used for object paths: it cannot parse ``/api/v1/namespaces``.)"""
         path = raw.path
+        if path.startswith("/openapi/"):
+            return self._openapi(path)
         parts = [p for p in path.split("/") if p]
         if (
             not parts
             or parts[0] not in ("api", "apis")
             or len(parts) < (3 if parts[0] == "api" else 4)
         ):
-            return await super()._handle(request)
+            return await self(raw)
+        body = await raw.read()
         try:
             for fault in self.faults:
                 if fault.method == raw.method and fault.path_contains in path and fault.times > 0:
                     fault.times -= 1
                     raise ApiError(fault.status, REASONS.get(fault.status, "Unknown"), "injected")
-            return await self._resource_request(raw, parts, request.body)
+            return await self._resource_request(raw, parts, body)
         except ApiError as error:
             if raw.method != "GET":
                 self.writes.append(
                     Write(raw.method, path, error.code, asyncio.get_running_loop().time())
                 )
             return error.response()
+
+    # -- discovery fixes (kmock's answers as the real server gives them) ------------------------
+    async def _serve_version(self, request: kmock.Request) -> Any:
+        document = dict(await super()._serve_version(request))
+        assert request.resource is not None
+        if request.resource.group == "":  # the core group is "v1", not "/v1"
+            document["groupVersion"] = request.resource.version
+        return document
+
+    async def _serve_server_version(self, request: kmock.Request) -> Any:
+        return {
+            **(await super()._serve_server_version(request)),
+            "minor": "32",
+            "gitVersion": "v1.32.0",
+        }
+
+    # -- OpenAPI v3 (for kubectl's and helm's validation) ---------------------------------------
+    def _group_versions(self) -> dict[str, list[tuple[str, Any]]]:
+        result: dict[str, list[tuple[str, Any]]] = {}
+        for resource, info in self.resources.items():
+            if resource.version is None or resource.plural is None or "/" in resource.plural:
+                continue
+            gv = (
+                f"apis/{resource.group}/{resource.version}"
+                if resource.group
+                else f"api/{resource.version}"
+            )
+            result.setdefault(gv, []).append((resource.plural, info))
+        return result
+
+    def _openapi(self, path: str) -> aiohttp.web.Response:
+        """A minimal OpenAPI v3: every group-version with a PATCH operation per resource that
+        accepts ``fieldValidation`` (so clients validate server-side, here), and the CRD
+        schemas. No v2 (404): clients then rely on v3."""
+        groups = self._group_versions()
+        if path.rstrip("/") == "/openapi/v3":
+            return aiohttp.web.json_response(
+                {
+                    "paths": {
+                        gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={self._rv}"}
+                        for gv in groups
+                    }
+                }
+            )
+        gv = path[len("/openapi/v3/") :].strip("/")
+        if gv not in groups:
+            return ApiError(404, "NotFound", f"no OpenAPI document for {path}").response()
+        group, _, version = gv.removeprefix("apis/").removeprefix("api/").rpartition("/")
+        if gv.startswith("api/"):
+            group, version = "", gv.split("/")[1]
+        paths: dict[str, Any] = {}
+        schemas: dict[str, Any] = {}
+        for plural, info in groups[gv]:
+            kind = info.kind or plural
+            scoped = (
+                f"/{gv}/namespaces/{{namespace}}/{plural}/{{name}}"
+                if info.namespaced
+                else f"/{gv}/{plural}/{{name}}"
+            )
+            gvk = {"group": group, "version": version, "kind": kind}
+            operation = {
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                    {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+                ],
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+                "responses": {"200": {"description": "OK"}},
+            }
+            paths[scoped] = {"patch": operation, "put": {**operation, "x-kubernetes-action": "put"}}
+            rtype = self._types.get((f"{group}/{version}" if group else version, plural))
+            schema = (rtype.schema if rtype else None) or {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+            }
+            prefix = ".".join(reversed(group.split("."))) if group else "io.k8s.api.core"
+            name = f"{prefix}.{version}.{kind}"
+            schemas[name] = {**schema, "x-kubernetes-group-version-kind": [gvk]}
+        return aiohttp.web.json_response(
+            {
+                "openapi": "3.0.0",
+                "info": {"title": "fake", "version": "v1"},
+                "paths": paths,
+                "components": {"schemas": schemas},
+            }
+        )
 
     def _parse(self, parts: list[str]) -> tuple[ResourceType, str | None, str | None, str | None]:
         if parts[0] == "api":
@@ -364,8 +468,18 @@ class FakeApiServer(kmock.KubernetesScaffold):
                     self._list(rtype, namespace, query.get("labelSelector"))
                 )
             return aiohttp.web.json_response(self._get(rtype, namespace, name))
-        data: Any = json.loads(body) if body else None
+        content_type = raw.headers.get("Content-Type", "").split(";")[0]
+        if method == "DELETE":
+            data = None  # DeleteOptions: propagation and preconditions are not emulated
+        elif content_type == "application/vnd.kubernetes.protobuf":
+            try:
+                data: Any = protobuf.decode(body)
+            except (ValueError, IndexError) as exc:
+                raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
+        else:
+            data = json.loads(body) if body else None
         dry_run = query.get("dryRun") == "All"
+        self._strict = query.get("fieldValidation") == "Strict"
         if method == "POST":
             result, status = self._create(rtype, namespace, data, dry_run), 201
         elif method == "PATCH":
@@ -495,12 +609,29 @@ class FakeApiServer(kmock.KubernetesScaffold):
         return str(self._rv)
 
     def _validate(
-        self, rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+        self,
+        rtype: ResourceType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        strict: bool = False,
     ) -> dict[str, Any]:
         schema = rtype.schema
         if schema is None:
             return obj
-        obj = _prune(schema, obj)
+        pruned = _prune(schema, obj)
+        if strict and pruned != obj:
+            unknown = sorted(_removed(obj, pruned))
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{rtype.kind}.{rtype.group} "{(obj.get("metadata") or {}).get("name")}": strict '
+                f"decoding error: unknown field(s) {', '.join(repr(u) for u in unknown)}",
+                [
+                    {"reason": "FieldValueInvalid", "message": f"unknown field {u}", "field": u}
+                    for u in unknown
+                ],
+            )
+        obj = pruned
         obj = _apply_defaults(schema, obj)
         validator = jsonschema.Draft7Validator(_json_schema(schema))
         causes = [
@@ -543,7 +674,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         if rtype.status_subresource:
             obj.pop("status", None)
-        obj = self._validate(rtype, obj, None)
+        obj = self._validate(rtype, obj, None, self._strict)
         meta = obj["metadata"]
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
         if rtype.plural == "customresourcedefinitions":
@@ -587,7 +718,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
                 new.pop("status", None)
                 if "status" in old:
                     new["status"] = copy.deepcopy(old["status"])
-        new = self._validate(rtype, new, old)
+        new = self._validate(rtype, new, old, self._strict)
         if new == old:
             return copy.deepcopy(old)  # a no-op write changes nothing, not even the version
 
@@ -733,7 +864,7 @@ class FakeCluster:
             app = aiohttp.web.Application(client_max_size=64 << 20)
 
             async def handle(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
-                return await self.server(request)
+                return await self.server.serve(request)
 
             app.router.add_route("*", "/{tail:.*}", handle)
             self._runner = aiohttp.web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
