@@ -284,6 +284,96 @@ def test_deletion_policy_and_retried_errors(env: Env) -> None:
     assert len(injected) >= 2
     assert "retrying" in env.logs()
 
+    # With the worker gone, a deletion does not hang: the finalizer is released with a Warning
+    # event that says what may be left.
+    env.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "topics",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Topic",
+            "metadata": {"name": "late"},
+            "spec": {"volume": "demo-volume", "partitions": 1, "deletionPolicy": "Delete"},
+        },
+    )
+    env.wait(lambda: ready(env, "topics", "late"), "late Ready")
+    pod.process.terminate()
+    pod.process.wait(30)
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, NS, "topics", "late")
+    env.wait(lambda: gone("late"), "the finalizer released without the worker", timeout_s=30)
+    events = env.core.list_namespaced_event(NS).items
+    warnings = [e for e in events if e.reason == "DeletedUnconfirmed"]
+    assert warnings and "late" in warnings[0].message and warnings[0].type == "Warning"
+
+
+def test_missing_volume_and_paused_reconciliation(env: Env) -> None:
+    volume, _ = examples()
+    topic = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Topic",
+        "metadata": {"name": "early"},
+        "spec": {"volume": "demo-volume", "partitions": 1},
+    }
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "topics", topic)
+    env.wait(
+        lambda: (env.condition("topics", "early", "Ready") or {}).get("reason") == "VolumeNotFound",
+        "the Topic to wait for its volume",
+    )
+    message = (env.condition("topics", "early", "Ready") or {}).get("message", "")
+    assert "demo-volume" in message
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "storagevolumes", volume)
+    env.kubelet.wait_ready(NS, "lk-demo-volume-0")
+    env.wait(lambda: ready(env, "topics", "early"), "the Topic Ready once its volume exists")
+
+    # pause-reconciliation: the operator leaves the children alone and says so.
+    env.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "storagevolumes",
+        "demo-volume",
+        {
+            "metadata": {"annotations": {"logkeeper.io/pause-reconciliation": "true"}},
+            "spec": {"resources": {"limits": {"memory": "2Gi"}}},
+        },
+    )
+    env.wait(
+        lambda: (
+            (env.condition("storagevolumes", "demo-volume", "ReconciliationPaused") or {}).get(
+                "status"
+            )
+            == "True"
+        ),
+        "ReconciliationPaused",
+    )
+
+    def memory_limit() -> str:
+        sts = env.apps.read_namespaced_stateful_set("lk-demo-volume", NS)
+        return str(sts.spec.template.spec.containers[0].resources.limits["memory"])
+
+    time.sleep(2 * STATUS_INTERVAL_S)
+    assert memory_limit() == "1Gi"  # untouched while paused
+    env.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        NS,
+        "storagevolumes",
+        "demo-volume",
+        {"metadata": {"annotations": {"logkeeper.io/pause-reconciliation": None}}},
+    )
+    env.wait(lambda: memory_limit() == "2Gi", "the pending change applied after resuming")
+    env.wait(
+        lambda: (
+            (env.condition("storagevolumes", "demo-volume", "ReconciliationPaused") or {}).get(
+                "status"
+            )
+            == "False"
+        ),
+        "ReconciliationPaused cleared",
+    )
+
 
 def tool(env: Env, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """kubectl (the machine's) or helm (.venv/bin) against the fake cluster."""
