@@ -3,6 +3,7 @@ that compile and decide right, printer columns, and the examples valid."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,49 @@ def test_examples_are_valid(path: Path) -> None:
 def test_schema_refuses(spec: dict[str, Any], message: str) -> None:
     errors = [e.message for e in schema_validator(crds.topic_crd()).iter_errors(topic(spec))]
     assert any(message in e for e in errors), errors
+
+
+def json_path(document: Any, path: str) -> Any:
+    """The subset of kubectl's JSONPath that printer columns use: dotted fields and one
+    ``[?(@.field=="value")]`` filter on a list."""
+    value = document
+    for part in re.findall(r'\.([A-Za-z0-9_]+)(\[\?\(@\.(\w+)=="([^"]+)"\)\])?', path):
+        name, filtered, field, wanted = part
+        value = (value or {}).get(name)
+        if filtered:
+            value = next((item for item in value or () if item.get(field) == wanted), None)
+    return value
+
+
+@pytest.mark.parametrize("name", sorted(crds.all_crds()))
+def test_printer_columns_resolve_on_a_reported_resource(name: str) -> None:
+    crd = crds.all_crds()[name]
+    sample = {
+        "metadata": {"creationTimestamp": "2026-11-21T00:00:00Z"},
+        "spec": {"volume": "v", "partitions": 3, "size": "1Gi"},
+        "status": {
+            "conditions": [
+                {"type": "Progressing", "status": "False"},
+                {"type": "Ready", "status": "True"},
+            ],
+            "partitions": 3,
+            "sizeBytes": 4096,
+            "maxDirtyRatio": 0.25,
+        },
+    }
+    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    values = {c["name"]: json_path(sample, c["jsonPath"]) for c in columns}
+    assert values["Ready"] == "True"
+    assert values["Dirty"] == 0.25 and values["Age"] == "2026-11-21T00:00:00Z"
+    assert all(value is not None for value in values.values()), values
+    # Every column path also names a field the schema declares.
+    schema = spec_schema(crd)
+    for column in columns:
+        node: Any = schema
+        for field in re.findall(r"\.([A-Za-z0-9_]+)", column["jsonPath"]):
+            if field in ("type", "status") and node.get("type") == "array":
+                break
+            node = (node.get("items") or node).get("properties", {}).get(field)
+            assert node is not None or field == "creationTimestamp", (name, column)
+            if node is None:
+                break
