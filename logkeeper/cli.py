@@ -193,6 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--http-port", type=int, default=8080, help="HTTP port (default 8080; 0: any)")
     p.add_argument(
+        "--kafka-port",
+        type=int,
+        default=None,
+        help="Kafka protocol port (e.g. 9092; 0: any; default: no listener yet)",
+    )
+    p.add_argument(
         "--http-host",
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; 0.0.0.0 in a pod, with an admin token)",
@@ -572,6 +578,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         args.settings,
         http_host=args.http_host,
         http_port=args.http_port,
+        kafka_port=args.kafka_port,
         log_level="INFO" if level == "WARNING" else level,
     )
 

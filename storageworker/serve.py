@@ -22,6 +22,7 @@ from storagecore.clock import Clock
 from storagecore.errors import StorageError
 from storageworker import logs
 from storageworker.http import AdminServer, read_token
+from storageworker.kafka.server import KafkaServer
 from storageworker.settings import WorkerSettings
 from storageworker.worker import Worker
 
@@ -35,6 +36,7 @@ def serve(
     *,
     http_host: str = "127.0.0.1",
     http_port: int = 8080,
+    kafka_port: int | None = None,
     log_level: str = "INFO",
     clock: Clock | None = None,
 ) -> int:
@@ -83,8 +85,15 @@ def serve(
         logger.error("Cannot start: %s", exc)
         server.stop()
         return 2
+    kafka = None
+    if kafka_port is not None:
+        kafka = KafkaServer(worker, http_host, kafka_port)
+        kafka.start()
+        print(f"logkeeper serve: kafka on {http_host}:{kafka.port}", flush=True)
     print("logkeeper serve: ready", flush=True)
     stop.wait()
+    if kafka is not None:
+        kafka.stop()
     grace_s = worker.settings.shutdown_grace_period_ms / 1000
     done = threading.Thread(target=worker.shutdown, name="logkeeper-shutdown", daemon=True)
     done.start()

@@ -90,6 +90,9 @@ class Served:
         self._pump_thread.start()
         listening = self.expect("listening on")
         self.base = listening.split("listening on ", 1)[1].strip()
+        self.kafka_address = ""
+        if "--kafka-port" in extra:
+            self.kafka_address = self.expect("kafka on").split("kafka on ", 1)[1].strip()
         self.expect("ready")
 
     def _pump(self) -> None:

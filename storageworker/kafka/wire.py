@@ -1,0 +1,205 @@
+"""Kafka protocol primitives: what every request and response is made of.
+
+Big-endian fixed-width integers, unsigned varints (lengths of compact types), zigzag varints,
+strings and bytes with an int16/int32 length (-1: null) or, in flexible versions, an unsigned
+varint length + 1 (0: null), arrays likewise, and tagged fields (skipped on read, none written).
+A short or malformed buffer raises :class:`ProtocolError` naming what was being read.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+T = TypeVar("T")
+
+_I8: Final = struct.Struct(">b")
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_U32: Final = struct.Struct(">I")
+
+
+class ProtocolError(ValueError):
+    """A request that cannot be decoded (the connection is then closed)."""
+
+
+class Reader:
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = memoryview(data)
+        self.pos = 0
+
+    def _take(self, size: int, what: str) -> memoryview:
+        if size < 0 or self.pos + size > len(self.data):
+            raise ProtocolError(f"truncated {what} at byte {self.pos}")
+        view = self.data[self.pos : self.pos + size]
+        self.pos += size
+        return view
+
+    def int8(self) -> int:
+        return int(_I8.unpack(self._take(1, "int8"))[0])
+
+    def int16(self) -> int:
+        return int(_I16.unpack(self._take(2, "int16"))[0])
+
+    def int32(self) -> int:
+        return int(_I32.unpack(self._take(4, "int32"))[0])
+
+    def int64(self) -> int:
+        return int(_I64.unpack(self._take(8, "int64"))[0])
+
+    def boolean(self) -> bool:
+        return self.int8() != 0
+
+    def uvarint(self) -> int:
+        result = shift = 0
+        for _ in range(5):
+            byte = self._take(1, "varint")[0]
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+            shift += 7
+        raise ProtocolError(f"varint longer than 5 bytes at byte {self.pos}")
+
+    def nullable_string(self) -> str | None:
+        length = self.int16()
+        return None if length < 0 else self._decode(self._take(length, "string"))
+
+    def string(self) -> str:
+        value = self.nullable_string()
+        if value is None:
+            raise ProtocolError(f"null string at byte {self.pos}")
+        return value
+
+    def compact_nullable_string(self) -> str | None:
+        length = self.uvarint() - 1
+        return None if length < 0 else self._decode(self._take(length, "compact string"))
+
+    def compact_string(self) -> str:
+        value = self.compact_nullable_string()
+        if value is None:
+            raise ProtocolError(f"null compact string at byte {self.pos}")
+        return value
+
+    @staticmethod
+    def _decode(view: memoryview) -> str:
+        try:
+            return bytes(view).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(f"string is not UTF-8: {exc}") from None
+
+    def nullable_bytes(self) -> bytes | None:
+        length = self.int32()
+        return None if length < 0 else bytes(self._take(length, "bytes"))
+
+    def compact_nullable_bytes(self) -> bytes | None:
+        length = self.uvarint() - 1
+        return None if length < 0 else bytes(self._take(length, "compact bytes"))
+
+    def array(self, item: Callable[[], T], *, limit: int = 1 << 20) -> list[T] | None:
+        count = self.int32()
+        if count < 0:
+            return None
+        if count > limit:
+            raise ProtocolError(f"array of {count} items exceeds {limit}")
+        return [item() for _ in range(count)]
+
+    def compact_array(self, item: Callable[[], T], *, limit: int = 1 << 20) -> list[T] | None:
+        count = self.uvarint() - 1
+        if count < 0:
+            return None
+        if count > limit:
+            raise ProtocolError(f"array of {count} items exceeds {limit}")
+        return [item() for _ in range(count)]
+
+    def tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self._take(self.uvarint(), "tagged field")
+
+    @property
+    def remaining(self) -> int:
+        return len(self.data) - self.pos
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def int8(self, value: int) -> Writer:
+        self.parts.append(_I8.pack(value))
+        return self
+
+    def int16(self, value: int) -> Writer:
+        self.parts.append(_I16.pack(value))
+        return self
+
+    def int32(self, value: int) -> Writer:
+        self.parts.append(_I32.pack(value))
+        return self
+
+    def int64(self, value: int) -> Writer:
+        self.parts.append(_I64.pack(value))
+        return self
+
+    def boolean(self, value: bool) -> Writer:
+        return self.int8(1 if value else 0)
+
+    def uvarint(self, value: int) -> Writer:
+        out = bytearray()
+        while value >= 0x80:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+        self.parts.append(bytes(out))
+        return self
+
+    def nullable_string(self, value: str | None) -> Writer:
+        if value is None:
+            return self.int16(-1)
+        encoded = value.encode("utf-8")
+        self.int16(len(encoded))
+        self.parts.append(encoded)
+        return self
+
+    def compact_nullable_string(self, value: str | None) -> Writer:
+        if value is None:
+            return self.uvarint(0)
+        encoded = value.encode("utf-8")
+        self.uvarint(len(encoded) + 1)
+        self.parts.append(encoded)
+        return self
+
+    def nullable_bytes(self, value: bytes | None) -> Writer:
+        if value is None:
+            return self.int32(-1)
+        self.int32(len(value))
+        self.parts.append(bytes(value))
+        return self
+
+    def compact_nullable_bytes(self, value: bytes | None) -> Writer:
+        if value is None:
+            return self.uvarint(0)
+        self.uvarint(len(value) + 1)
+        self.parts.append(bytes(value))
+        return self
+
+    def array_length(self, count: int | None, *, compact: bool = False) -> Writer:
+        if compact:
+            return self.uvarint(0 if count is None else count + 1)
+        return self.int32(-1 if count is None else count)
+
+    def tagged_fields(self) -> Writer:
+        return self.uvarint(0)
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def frame(payload: bytes) -> bytes:
+    return _I32.pack(len(payload)) + payload
+
+
+def frame_size(header: bytes) -> int:
+    return int(_U32.unpack(header)[0])

@@ -1,0 +1,155 @@
+"""The ``kafka`` port with a real client: kafka-python against a ``logkeeper serve`` process.
+
+What is served so far: ApiVersions, Metadata, Produce, Fetch, ListOffsets (non-idempotent
+producers: InitProducerId and the consumer-group APIs are not served yet).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+
+from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
+
+pytestmark = pytest.mark.integration
+#: Recent timestamps: the topics keep 7 days (retention runs every 200 ms in these tests).
+NOW_MS = int(time.time() * 1000)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    (tmp_path / "topics").mkdir()
+    (tmp_path / "settings.yaml").write_text(SETTINGS, encoding="utf-8")
+    declare(
+        tmp_path,
+        topic("events", 2, {"cleanup.policy": "delete", "segment.bytes": 16384}),
+        topic("profiles", 1, {"cleanup.policy": "compact"}),
+    )
+    server = Served(tmp_path, "--kafka-port", "0")
+    yield server
+    assert server.terminate() == 0
+
+
+def bootstrap(server: Served) -> str:
+    return server.kafka_address
+
+
+def producer(server: Served, **options: object) -> KafkaProducer:
+    return KafkaProducer(
+        bootstrap_servers=bootstrap(server),
+        enable_idempotence=False,
+        max_block_ms=5000,
+        request_timeout_ms=10000,
+        **options,
+    )
+
+
+def consume_all(server: Served, partitions: list[TopicPartition]) -> list[object]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap(server),
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    messages = list(consumer)
+    consumer.close()
+    return messages
+
+
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
+def test_produce_and_consume_round_trip(served: Served, codec: str | None) -> None:
+    client = producer(served, compression_type=codec, linger_ms=5)
+    sent = []
+    for i in range(200):
+        record = (
+            f"key-{i}".encode(),
+            os.urandom(random.Random(i).randrange(0, 300)),
+            NOW_MS - 10_000 + i,
+            [("trace", f"t{i}".encode()), ("empty", b"")],
+        )
+        client.send(
+            "events",
+            key=record[0],
+            value=record[1],
+            timestamp_ms=record[2],
+            headers=record[3],
+            partition=i % 2,
+        )
+        sent.append(record)
+    client.flush()
+    client.close()
+    messages = consume_all(served, [TopicPartition("events", 0), TopicPartition("events", 1)])
+    got = sorted(
+        ((m.key, m.value, m.timestamp, list(m.headers)) for m in messages),  # type: ignore[attr-defined]
+        key=lambda r: int(r[0].split(b"-")[1]),
+    )
+    assert got == [(k, v, t, h) for k, v, t, h in sent]
+    offsets = {(m.partition, m.offset) for m in messages}  # type: ignore[attr-defined]
+    assert offsets == {(p, o) for p in (0, 1) for o in range(100)}
+
+
+def test_list_offsets_and_unknown_topics(served: Served) -> None:
+    client = producer(served)
+    for i in range(10):
+        client.send("events", value=b"x", timestamp_ms=NOW_MS - 60_000 + i * 1000, partition=0)
+    client.flush()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap(served))
+    tp = TopicPartition("events", 0)
+    assert consumer.beginning_offsets([tp]) == {tp: 0}
+    assert consumer.end_offsets([tp]) == {tp: 10}
+    found = consumer.offsets_for_times({tp: NOW_MS - 60_000 + 4_500})[tp]
+    assert found is not None and (found.offset, found.timestamp) == (5, NOW_MS - 60_000 + 5_000)
+    assert consumer.offsets_for_times({tp: NOW_MS + 3_600_000})[tp] is None
+    assert consumer.partitions_for_topic("events") == {0, 1}
+    consumer.close()
+    with pytest.raises(KafkaError):
+        client.send("no-such-topic", value=b"x").get(timeout=10)
+    client.close()
+    # Nothing was created for the unknown topic.
+    assert "no-such-topic" not in [p["topic"] for p in served.status()["partitions"]]
+
+
+def test_compacted_topic_refuses_null_keys(served: Served) -> None:
+    client = producer(served, retries=0)
+    with pytest.raises(KafkaError) as refused:
+        client.send("profiles", key=None, value=b"v").get(timeout=10)
+    assert "InvalidRecord" in type(refused.value).__name__ or "87" in str(refused.value)
+    client.send("profiles", key=b"k", value=b"v").get(timeout=10)
+    client.close()
+    assert served.partition("profiles-0")["logEndOffset"] == 1
+
+
+def test_garbage_frames_do_not_stop_a_good_client(served: Served) -> None:
+    host, port = bootstrap(served).split(":")
+    rng = random.Random(3)
+    for _ in range(40):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            kind = rng.randrange(4)
+            if kind == 0:
+                sock.sendall(os.urandom(rng.randrange(1, 64)))
+            elif kind == 1:  # a huge declared size
+                sock.sendall(struct.pack(">i", 0x7FFFFFF0) + b"xx")
+            elif kind == 2:  # a valid size, a truncated header
+                sock.sendall(struct.pack(">i", 20) + os.urandom(20))
+            else:  # an unknown API key
+                sock.sendall(struct.pack(">ihhih", 10, 999, 0, 1, -1))
+            sock.settimeout(2)
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                sock.recv(1024)
+    client = producer(served)
+    assert client.send("events", value=b"still here", partition=1).get(timeout=10).offset == 0
+    client.close()
+    assert served.request("GET", "/healthz")[0] == 200
+    time.sleep(0.1)
+    assert "Malformed Kafka request" in served.log_text() or "refused" in served.log_text()
