@@ -153,3 +153,46 @@ def test_garbage_frames_do_not_stop_a_good_client(served: Served) -> None:
     assert served.request("GET", "/healthz")[0] == 200
     time.sleep(0.1)
     assert "Malformed Kafka request" in served.log_text() or "refused" in served.log_text()
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_librdkafka_produce_and_consume(served: Served, codec: str) -> None:
+    """confluent-kafka (librdkafka 2.x): it asks for ApiVersions v3, is told v0-v2, retries,
+    and negotiates the versions above."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as Partition
+
+    errors: list[object] = []
+    client = Producer(
+        {"bootstrap.servers": bootstrap(served), "compression.type": codec, "linger.ms": 5}
+    )
+    for i in range(300):
+        client.produce(
+            "events",
+            key=b"k%d" % i,
+            value=b"v%d" % i * (i % 7),
+            partition=i % 2,
+            headers=[("n", str(i).encode())],
+            timestamp=NOW_MS - 5_000 + i,
+            on_delivery=lambda error, _message: errors.append(error) if error else None,
+        )
+    assert client.flush(20) == 0 and errors == []
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap(served), "group.id": "unused", "enable.auto.commit": False}
+    )
+    consumer.assign([Partition("events", 0, 0), Partition("events", 1, 0)])
+    got = {}
+    deadline = time.monotonic() + 30
+    while len(got) < 300 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error():
+            continue
+        got[message.key()] = (message.value(), message.headers(), message.timestamp()[1])
+    consumer.close()
+    assert len(got) == 300
+    for i in range(300):
+        assert got[b"k%d" % i] == (
+            b"v%d" % i * (i % 7),
+            [("n", str(i).encode())],
+            NOW_MS - 5_000 + i,
+        )
