@@ -22,6 +22,7 @@ from storagecore.clock import Clock
 from storagecore.errors import StorageError
 from storageworker import logs
 from storageworker.http import AdminServer, read_token
+from storageworker.kafka.metrics import KafkaCollector
 from storageworker.kafka.server import KafkaServer
 from storageworker.settings import WorkerSettings
 from storageworker.worker import Worker
@@ -89,6 +90,7 @@ def serve(
     if kafka_port is not None:
         kafka = KafkaServer(worker, http_host, kafka_port)
         kafka.start()
+        server.registry.register(KafkaCollector(kafka.counters))
         print(f"logkeeper serve: kafka on {http_host}:{kafka.port}", flush=True)
     print("logkeeper serve: ready", flush=True)
     stop.wait()

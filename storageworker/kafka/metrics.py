@@ -1,0 +1,48 @@
+"""Prometheus metrics of the ``kafka`` port (registered next to the worker's own)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from storageworker.kafka.server import KafkaCounters
+from storageworker.metrics import PREFIX
+
+
+class KafkaCollector(Collector):
+    def __init__(self, counters: KafkaCounters) -> None:
+        self.counters = counters
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self.counters
+        requests = CounterMetricFamily(
+            f"{PREFIX}_kafka_requests", "Kafka requests answered", labels=["api", "version"]
+        )
+        for (api, version), count in sorted(counters.requests.items()):
+            requests.add_metric([api, str(version)], count)
+        yield requests
+        for name, help_text, value in (
+            ("kafka_received_bytes", "Bytes of Kafka requests", counters.bytes_in),
+            ("kafka_sent_bytes", "Bytes of Kafka responses", counters.bytes_out),
+            ("kafka_connections", "Kafka connections accepted", counters.connections),
+            (
+                "kafka_refused_connections",
+                "Connections over the limit",
+                counters.refused_connections,
+            ),
+            (
+                "kafka_malformed_requests",
+                "Requests that could not be decoded",
+                counters.malformed_requests,
+            ),
+        ):
+            counter = CounterMetricFamily(f"{PREFIX}_{name}", help_text)
+            counter.add_metric([], value)
+            yield counter
+        open_connections = GaugeMetricFamily(
+            f"{PREFIX}_kafka_open_connections", "Kafka connections open now"
+        )
+        open_connections.add_metric([], counters.open_connections)
+        yield open_connections
