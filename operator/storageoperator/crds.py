@@ -137,6 +137,16 @@ _CONDITIONS: Final[Schema] = {
     "x-kubernetes-list-map-keys": ["type"],
 }
 
+#: What the status of both resources starts with.
+_STATUS_COMMON: Final[Schema] = {
+    "observedGeneration": {
+        "type": "integer",
+        "format": "int64",
+        "description": "The generation last acted on.",
+    },
+    "conditions": _CONDITIONS,
+}
+
 _QUANTITY: Final = r"^([+]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
 _HHMM: Final = r"([01][0-9]|2[0-3]):[0-5][0-9]"
 _WINDOW_PATTERN: Final = rf"^{_HHMM}-({_HHMM}|24:00)$"
@@ -310,12 +320,7 @@ def storage_volume_crd() -> dict[str, Any]:
         "type": "object",
         "description": "What the operator and the worker report.",
         "properties": {
-            "observedGeneration": {
-                "type": "integer",
-                "format": "int64",
-                "description": "The generation last acted on.",
-            },
-            "conditions": _CONDITIONS,
+            **_STATUS_COMMON,
             "topics": {"type": "integer", "description": "Topics declared on the volume."},
             "partitions": {"type": "integer", "description": "Partitions on the volume."},
             "sizeBytes": {
@@ -444,12 +449,7 @@ def topic_crd() -> dict[str, Any]:
         "type": "object",
         "description": "What the operator and the worker report.",
         "properties": {
-            "observedGeneration": {
-                "type": "integer",
-                "format": "int64",
-                "description": "The generation last acted on.",
-            },
-            "conditions": _CONDITIONS,
+            **_STATUS_COMMON,
             "topicName": {"type": "string", "description": "The Kafka topic name in use."},
             "partitions": {"type": "integer", "description": "Partitions the worker has."},
             "sizeBytes": {"type": "integer", "format": "int64", "description": "All partitions."},

@@ -215,8 +215,6 @@ def _apply_service_monitor(manifest: dict[str, Any], namespace: str) -> bool:
             "monitoring.coreos.com", "v1", namespace, "servicemonitors", name
         )
     except ApiException as exc:
-        if exc.status == 404 and "servicemonitors" not in str(exc.body or ""):
-            pass
         if exc.status != 404:
             raise
         try:

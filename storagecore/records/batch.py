@@ -18,7 +18,7 @@ import enum
 import itertools
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Final
+from typing import Any, Final
 
 from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
@@ -614,20 +614,27 @@ def rebuild_batch(
             )
             for r in records
         ],
-        base_offset=batch.base_offset,
         compression=batch.compression if compression is None else compression,
         compression_level=compression_level,
-        timestamp_type=batch.timestamp_type,
         log_append_time=batch.max_timestamp if log_append else None,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        is_transactional=batch.is_transactional,
-        is_control=batch.is_control,
-        last_offset_delta=batch.last_offset_delta,
+        **_kept_header(batch),
         delete_horizon_ms=delete_horizon_ms,
     )
+
+
+def _kept_header(batch: RecordBatch) -> dict[str, Any]:
+    """The header fields a rebuilt batch keeps from the original (both rebuild paths)."""
+    return {
+        "base_offset": batch.base_offset,
+        "timestamp_type": batch.timestamp_type,
+        "producer_id": batch.producer_id,
+        "producer_epoch": batch.producer_epoch,
+        "base_sequence": batch.base_sequence,
+        "partition_leader_epoch": batch.partition_leader_epoch,
+        "is_transactional": batch.is_transactional,
+        "is_control": batch.is_control,
+        "last_offset_delta": batch.last_offset_delta,
+    }
 
 
 def rebuild_batch_from_payload(
@@ -646,17 +653,9 @@ def rebuild_batch_from_payload(
     return _assemble_batch(
         payload,
         record_count=record_count,
-        base_offset=batch.base_offset,
         compression=batch.compression,
         compression_level=None,
-        timestamp_type=batch.timestamp_type,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        is_transactional=batch.is_transactional,
-        is_control=batch.is_control,
-        last_offset_delta=batch.last_offset_delta,
+        **_kept_header(batch),
         base_timestamp=base_timestamp,
         max_timestamp=max_timestamp,
         has_delete_horizon=has_delete_horizon,

@@ -504,7 +504,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
     def _get(self, rtype: ResourceType, namespace: str | None, name: str) -> dict[str, Any]:
         obj = self._store.get(self._key(rtype, namespace, name))
         if obj is None:
-            raise ApiError(404, "NotFound", f'{rtype.plural}.{rtype.group} "{name}" not found')
+            raise self._not_found(rtype, name)
         return copy.deepcopy(obj)
 
     @staticmethod
@@ -595,7 +595,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
             self._watchers.discard(wake)
         return response
 
-    def _emit_soon(self, rtype: ResourceType, kind: str, obj: dict[str, Any]) -> None:
+    def _emit(self, rtype: ResourceType, kind: str, obj: dict[str, Any]) -> None:
         """Record the event (with the object's own version) and wake the watchers."""
         version = int((obj.get("metadata") or {}).get("resourceVersion") or self._rv)
         event = {"type": kind, "object": copy.deepcopy(obj)}
@@ -683,7 +683,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
             return obj
         meta["resourceVersion"] = self._bump()
         self._store[key] = obj
-        self._emit_soon(rtype, "ADDED", obj)
+        self._emit(rtype, "ADDED", obj)
         return copy.deepcopy(obj)
 
     def _commit(
@@ -734,11 +734,21 @@ class FakeApiServer(kmock.KubernetesScaffold):
         new["metadata"]["resourceVersion"] = self._bump()
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             del self._store[key]
-            self._emit_soon(rtype, "DELETED", new)
+            self._emit(rtype, "DELETED", new)
         else:
             self._store[key] = new
-            self._emit_soon(rtype, "MODIFIED", new)
+            self._emit(rtype, "MODIFIED", new)
         return copy.deepcopy(new)
+
+    def _not_found(self, rtype: ResourceType, name: str) -> ApiError:
+        return ApiError(404, "NotFound", f'{rtype.plural}.{rtype.group} "{name}" not found')
+
+    @staticmethod
+    def _check_version(data: Any, old: dict[str, Any]) -> None:
+        """409 when the request names a resourceVersion that is no longer current."""
+        version = ((data or {}).get("metadata") or {}).get("resourceVersion")
+        if version and version != old["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", STALE)
 
     def _patch(
         self,
@@ -756,7 +766,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
         if old is None:
             if content_type == "application/apply-patch+yaml":
                 return self._create(rtype, namespace, data, dry_run)
-            raise ApiError(404, "NotFound", f'{rtype.plural}.{rtype.group} "{name}" not found')
+            raise self._not_found(rtype, name)
         if content_type == "application/json-patch+json":
             try:
                 new = json_patch(old, data)
@@ -765,13 +775,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
         else:
             new = merge_patch(old, data)
             if content_type != "application/apply-patch+yaml":
-                stale = ((data or {}).get("metadata") or {}).get("resourceVersion")
-                if stale and stale != old["metadata"]["resourceVersion"]:
-                    raise ApiError(
-                        409,
-                        "Conflict",
-                        STALE,
-                    )
+                self._check_version(data, old)
         return self._commit(rtype, key, old, new, sub, dry_run)
 
     def _replace(
@@ -787,14 +791,8 @@ class FakeApiServer(kmock.KubernetesScaffold):
         key = self._key(rtype, namespace, name)
         old = self._store.get(key)
         if old is None:
-            raise ApiError(404, "NotFound", f'{rtype.plural}.{rtype.group} "{name}" not found')
-        version = (data.get("metadata") or {}).get("resourceVersion")
-        if version and version != old["metadata"]["resourceVersion"]:
-            raise ApiError(
-                409,
-                "Conflict",
-                STALE,
-            )
+            raise self._not_found(rtype, name)
+        self._check_version(data, old)
         return self._commit(rtype, key, old, copy.deepcopy(data), sub, dry_run)
 
     def _delete(
@@ -804,7 +802,7 @@ class FakeApiServer(kmock.KubernetesScaffold):
         key = self._key(rtype, namespace, name)
         old = self._store.get(key)
         if old is None:
-            raise ApiError(404, "NotFound", f'{rtype.plural}.{rtype.group} "{name}" not found')
+            raise self._not_found(rtype, name)
         if dry_run:
             return copy.deepcopy(old)
         if old["metadata"].get("finalizers"):
@@ -813,13 +811,13 @@ class FakeApiServer(kmock.KubernetesScaffold):
                 new["metadata"]["deletionTimestamp"] = _now()
                 new["metadata"]["resourceVersion"] = self._bump()
                 self._store[key] = new
-                self._emit_soon(rtype, "MODIFIED", new)
+                self._emit(rtype, "MODIFIED", new)
                 return copy.deepcopy(new)
             return copy.deepcopy(old)
         del self._store[key]
         gone = copy.deepcopy(old)
         gone["metadata"]["resourceVersion"] = self._bump()
-        self._emit_soon(rtype, "DELETED", gone)
+        self._emit(rtype, "DELETED", gone)
         return gone
 
 
