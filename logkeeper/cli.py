@@ -196,7 +196,50 @@ def build_parser() -> argparse.ArgumentParser:
         "--kafka-port",
         type=int,
         default=None,
-        help="Kafka protocol port (e.g. 9092; 0: any; default: no listener yet)",
+        help="Kafka protocol port (e.g. 9092; 0: any; default: no Kafka listener)",
+    )
+    p.add_argument(
+        "--kafka-host",
+        default=None,
+        help="address of the Kafka listener (default: --http-host)",
+    )
+    p.add_argument(
+        "--kafka-advertised-host",
+        default=None,
+        help="host name clients are told to connect to (default: the listen address)",
+    )
+    p.add_argument("--kafka-tls-cert", type=Path, help="PEM certificate chain: serve TLS")
+    p.add_argument("--kafka-tls-key", type=Path, help="PEM private key of --kafka-tls-cert")
+    p.add_argument(
+        "--kafka-tls-client-ca", type=Path, help="PEM CA: require client certificates (mTLS)"
+    )
+    p.add_argument(
+        "--kafka-sasl-users",
+        type=Path,
+        help="YAML/JSON mapping of user name to password: require SASL authentication",
+    )
+    p.add_argument(
+        "--kafka-sasl-mechanisms",
+        default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        help="SASL mechanisms offered (default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)",
+    )
+    p.add_argument(
+        "--kafka-allow-plaintext",
+        action="store_true",
+        help="serve without TLS or SASL on a non-loopback address (a private network)",
+    )
+    p.add_argument("--kafka-max-connections", type=int, default=1000, help="default 1000")
+    p.add_argument(
+        "--kafka-request-timeout-ms",
+        type=int,
+        default=30_000,
+        help="a request must arrive, and a response be taken, within this (default 30000)",
+    )
+    p.add_argument(
+        "--kafka-offsets-topic-partitions",
+        type=int,
+        default=10,
+        help="partitions of __consumer_offsets (default 10; never change it later)",
     )
     p.add_argument(
         "--http-host",
@@ -569,16 +612,42 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from storagecore.errors import ConfigError
+    from storageworker.kafka.sasl import load_users
+    from storageworker.kafka.server import ListenerSettings
     from storageworker.serve import serve
 
     level = str(args.log_level).upper()
+    kafka = None
+    if args.kafka_port is not None:
+        try:
+            kafka = ListenerSettings(
+                host=args.kafka_host or args.http_host,
+                port=args.kafka_port,
+                advertised_host=args.kafka_advertised_host,
+                max_connections=args.kafka_max_connections,
+                request_timeout_ms=args.kafka_request_timeout_ms,
+                tls_cert_file=args.kafka_tls_cert,
+                tls_key_file=args.kafka_tls_key,
+                tls_client_ca_file=args.kafka_tls_client_ca,
+                sasl_users=load_users(args.kafka_sasl_users) if args.kafka_sasl_users else None,
+                sasl_mechanisms=tuple(
+                    m.strip() for m in args.kafka_sasl_mechanisms.split(",") if m.strip()
+                ),
+                allow_plaintext=args.kafka_allow_plaintext,
+                offsets_topic_partitions=args.kafka_offsets_topic_partitions,
+            )
+            kafka.check()
+        except ConfigError as exc:
+            print(f"logkeeper serve: error: {exc}", file=sys.stderr)
+            return 2
     return serve(
         args.data_dir,
         args.topics,
         args.settings,
         http_host=args.http_host,
         http_port=args.http_port,
-        kafka_port=args.kafka_port,
+        kafka=kafka,
         log_level="INFO" if level == "WARNING" else level,
     )
 

@@ -44,6 +44,11 @@ class ProducerLastBatch:
     """Last offset of the producer's last data batch; None if it only wrote markers."""
     producer_epoch: int
     last_timestamp: int
+    first_sequence: int = -1
+    """Base sequence of the producer's last data batch (-1: none, or only markers)."""
+    last_sequence: int = -1
+    first_offset: int = -1
+    """Base offset of the producer's last data batch."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -96,12 +101,20 @@ class TransactionState:
                     previous.last_data_offset if previous is not None else None,
                     batch.producer_epoch,
                     batch.max_timestamp,
+                    previous.first_sequence if previous is not None else -1,
+                    previous.last_sequence if previous is not None else -1,
+                    previous.first_offset if previous is not None else -1,
                 )
             else:
                 if batch.is_transactional and pid not in self.open_first_offsets:
                     self.open_first_offsets[pid] = batch.base_offset
                 self.producers[pid] = ProducerLastBatch(
-                    batch.last_offset, batch.producer_epoch, batch.max_timestamp
+                    batch.last_offset,
+                    batch.producer_epoch,
+                    batch.max_timestamp,
+                    batch.base_sequence,
+                    batch.last_sequence,
+                    batch.base_offset,
                 )
 
 

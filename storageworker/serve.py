@@ -22,8 +22,9 @@ from storagecore.clock import Clock
 from storagecore.errors import StorageError
 from storageworker import logs
 from storageworker.http import AdminServer, read_token
+from storageworker.kafka.groups import OFFSETS_TOPIC
 from storageworker.kafka.metrics import KafkaCollector
-from storageworker.kafka.server import KafkaServer
+from storageworker.kafka.server import KafkaServer, ListenerSettings, offsets_topic_spec
 from storageworker.settings import WorkerSettings
 from storageworker.worker import Worker
 
@@ -37,12 +38,17 @@ def serve(
     *,
     http_host: str = "127.0.0.1",
     http_port: int = 8080,
-    kafka_port: int | None = None,
+    kafka: ListenerSettings | None = None,
     log_level: str = "INFO",
     clock: Clock | None = None,
 ) -> int:
     try:
-        worker = Worker(data_dirs, topics_path, settings_path, clock=clock)
+        internal = (
+            {OFFSETS_TOPIC: offsets_topic_spec(kafka.offsets_topic_partitions)} if kafka else {}
+        )
+        worker = Worker(
+            data_dirs, topics_path, settings_path, clock=clock, internal_topics=internal
+        )
         token = read_token(worker.settings.admin_token_file)
     except StorageError as exc:
         print(f"logkeeper serve: error: {exc}", file=sys.stderr)
@@ -86,16 +92,24 @@ def serve(
         logger.error("Cannot start: %s", exc)
         server.stop()
         return 2
-    kafka = None
-    if kafka_port is not None:
-        kafka = KafkaServer(worker, http_host, kafka_port)
-        kafka.start()
-        server.registry.register(KafkaCollector(kafka.counters))
-        print(f"logkeeper serve: kafka on {http_host}:{kafka.port}", flush=True)
+    listener = None
+    if kafka is not None:
+        try:
+            listener = KafkaServer(worker, kafka)
+            listener.start()
+        except (StorageError, OSError, RuntimeError) as exc:
+            logger.error(
+                "Cannot start the Kafka listener on %s:%d: %s", kafka.host, kafka.port, exc
+            )
+            worker.shutdown()
+            server.stop()
+            return 2
+        server.registry.register(KafkaCollector(listener.counters))
+        print(f"logkeeper serve: kafka on {kafka.host}:{listener.port}", flush=True)
     print("logkeeper serve: ready", flush=True)
     stop.wait()
-    if kafka is not None:
-        kafka.stop()
+    if listener is not None:
+        listener.stop()
     grace_s = worker.settings.shutdown_grace_period_ms / 1000
     done = threading.Thread(target=worker.shutdown, name="logkeeper-shutdown", daemon=True)
     done.start()

@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,11 @@ class Worker:
         settings_path: Path | None = None,
         *,
         clock: Clock | None = None,
+        internal_topics: Mapping[str, TopicSpec] | None = None,
     ) -> None:
+        #: Topics the worker declares itself (the Kafka port's ``__consumer_offsets``):
+        #: served and cleaned like declared ones; a topic file may not declare them.
+        self.internal_topics = dict(internal_topics or {})
         self.data_dirs = [Path(d) for d in data_dirs]
         self.topics_path = Path(topics_path)
         self.settings_path = Path(settings_path) if settings_path is not None else None
@@ -97,6 +101,8 @@ class Worker:
         self.topics: dict[str, TopicSpec] = {}
         self._previous_topics: dict[str, TopicSpec] = {}
         self._reload_topics(initial=True)
+        for name, spec in self.internal_topics.items():
+            self.topics.setdefault(name, spec)  # even when the topic file is broken
         self.holds = ApiHolds()
         self._compact_now_seen: dict[str, str] = {}
         self._paused_cleaning: set[TopicPartition] = set()
@@ -151,6 +157,13 @@ class Worker:
             if not self._changed(status, sources.fingerprint):
                 return False
             topics = parse_topic_sources(sources)
+            reserved = sorted(topics.keys() & self.internal_topics.keys())
+            if reserved:
+                raise ConfigError(
+                    f"{self.topics_path}: topic {reserved[0]!r} is reserved for the worker's "
+                    "own use; rename it"
+                )
+            topics.update(self.internal_topics)
         except ConfigError as exc:
             self._record_error(status, str(exc))
             return False

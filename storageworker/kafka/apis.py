@@ -1,31 +1,43 @@
-"""The APIs of the ``kafka`` port: request bodies in, response bodies out.
+"""The APIs of the ``kafka`` port: decoded requests in, responses (as dicts) out.
 
-Versions served (advertised by ApiVersions; clients pick the highest both sides know):
+Versions served (ApiVersions advertises them; clients pick the highest both sides know; the
+field layouts are in :mod:`~storageworker.kafka.messages`):
 
-====================  ====  ========  =============================================
-API                   key   versions  notes
-====================  ====  ========  =============================================
-Produce               0     3-8       acks 0/1/-1 (one node: all = 1), per-partition errors
-Fetch                 1     4-11      read_uncommitted, byte limits, max wait / min bytes
-ListOffsets           2     1-5       earliest (-2), latest (-1), by timestamp
-Metadata              3     1-8       this worker as the only broker, leader of everything
-ApiVersions           18    0-2       a v3+ request gets UNSUPPORTED_VERSION in v0 format
-====================  ====  ========  =============================================
+=================  ===  ========  ===========================================================
+API                key  versions  notes
+=================  ===  ========  ===========================================================
+Produce            0    3-9       acks 0/1/-1 (one node: all = 1); idempotent producers
+Fetch              1    4-12      read_uncommitted; byte limits, max wait / min bytes
+ListOffsets        2    1-7       earliest (-2), latest (-1), max timestamp (-3), by time
+Metadata           3    1-12      this worker as the only broker, leader of everything
+OffsetCommit       8    2-8       stored in ``__consumer_offsets``
+OffsetFetch        9    1-7
+FindCoordinator    10   0-4       this worker coordinates every group
+JoinGroup          11   0-9       the classic group protocol (:mod:`.groups`)
+Heartbeat          12   0-4
+LeaveGroup         13   0-5
+SyncGroup          14   0-5
+SaslHandshake      17   0-1       PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 when configured
+ApiVersions        18   0-3       a newer request gets UNSUPPORTED_VERSION in v0
+DeleteRecords      21   0-2       moves the log start offset (Kafka's rule)
+InitProducerId     22   0-4       idempotent producers; no transactions
+DescribeConfigs    32   1-4       topic configs (Kafka's keys and values)
+SaslAuthenticate   36   0-2
+=================  ===  ========  ===========================================================
 
-Only non-flexible versions are served for now: every client in use negotiates down to them
-(Kafka's own brokers kept them). Unknown topics answer UNKNOWN_TOPIC_OR_PARTITION; topics are
-never created by a request. Records are appended through storagecore's leader path
-(:meth:`storagecore.log.Log.append`), which validates them exactly as Kafka's broker does; its
-errors map to Kafka's codes.
+Unknown topics answer UNKNOWN_TOPIC_OR_PARTITION; topics are never created by a request.
+Records are appended through storagecore's leader path (:meth:`storagecore.log.Log.append`),
+which validates them exactly as Kafka's broker does; its errors map to Kafka's codes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Protocol
 
 from storagecore.config import TopicPartition
@@ -36,9 +48,12 @@ from storagecore.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
+    UnknownTopicOrPartitionError,
 )
 from storagecore.log import FetchResult
-from storageworker.kafka.wire import Reader, Writer
+from storageworker.kafka import messages
+from storageworker.kafka.producers import SequenceError
+from storageworker.kafka.wire import FileRegion
 
 
 class ErrorCode(enum.IntEnum):
@@ -50,29 +65,34 @@ class ErrorCode(enum.IntEnum):
     MESSAGE_TOO_LARGE = 10
     INVALID_REQUIRED_ACKS = 21
     INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    INVALID_TXN_STATE = 48
+    SASL_AUTHENTICATION_FAILED = 58
     KAFKA_STORAGE_ERROR = 56
     INVALID_RECORD = 87
 
 
-class ApiKey(enum.IntEnum):
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    API_VERSIONS = 18
-
-
-SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
-    ApiKey.PRODUCE: (3, 8),
-    ApiKey.FETCH: (4, 11),
-    ApiKey.LIST_OFFSETS: (1, 5),
-    ApiKey.METADATA: (1, 8),
-    ApiKey.API_VERSIONS: (0, 2),
+SUPPORTED: Final[dict[int, tuple[int, int]]] = {
+    key: (m.versions.low, m.versions.high) for key, m in sorted(messages.MESSAGES.items())
 }
 
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
+MAX_TIMESTAMP: Final = -3
+RESOURCE_TOPIC: Final = 2
+CONFIG_SOURCE_DYNAMIC_TOPIC: Final = 1
+CONFIG_SOURCE_DEFAULT: Final = 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Appended:
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+    duplicate: bool = False
 
 
 class Broker(Protocol):
@@ -86,14 +106,24 @@ class Broker(Protocol):
     def partitions(self) -> dict[str, int]:
         """Topic name → partition count of every topic this worker serves."""
 
-    def append(self, tp: TopicPartition, records: bytes) -> tuple[int, int, int]:
-        """(base offset, log append time or -1, log start offset); raises StorageError."""
+    def is_internal(self, topic: str) -> bool: ...
+
+    def append(self, tp: TopicPartition, records: bytes) -> Appended:
+        """Raises StorageError or SequenceError."""
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int) -> FetchResult: ...
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        """(timestamp, offset) for earliest (-2), latest (-1) or a timestamp; (-1, -1) when
-        no record is that late."""
+        """(timestamp, offset) for earliest (-2), latest (-1), max timestamp (-3) or a
+        timestamp; (-1, -1) when no record is that late."""
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """The new log start offset; -1 as ``offset`` means the high watermark."""
+
+    def topic_config(self, topic: str) -> tuple[dict[str, str], set[str]]:
+        """Kafka keys → values of a served topic, and the keys set explicitly."""
+
+    def next_producer_id(self) -> int: ...
 
 
 @dataclasses.dataclass
@@ -102,10 +132,12 @@ class Request:
     version: int
     correlation_id: int
     client_id: str | None
-    body: Reader
+    data: dict[str, Any]
 
 
-def error_for(exc: Exception) -> ErrorCode:
+def error_for(exc: Exception) -> ErrorCode | int:
+    if isinstance(exc, SequenceError):
+        return exc.code
     if isinstance(exc, RecordTooLargeError):
         return ErrorCode.MESSAGE_TOO_LARGE
     if isinstance(exc, CorruptRecordError):
@@ -115,263 +147,322 @@ def error_for(exc: Exception) -> ErrorCode:
         return ErrorCode.INVALID_TIMESTAMP if "timestamp" in text else ErrorCode.INVALID_RECORD
     if isinstance(exc, OffsetOutOfRangeError):
         return ErrorCode.OFFSET_OUT_OF_RANGE
+    if isinstance(exc, UnknownTopicOrPartitionError):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if isinstance(exc, LogDirOfflineError):
         return ErrorCode.KAFKA_STORAGE_ERROR
     return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
+def _served(served: Mapping[str, int], name: str | None, index: int) -> bool:
+    return name is not None and 0 <= index < served.get(name, 0)
+
+
 # -- ApiVersions -----------------------------------------------------------------------------
 
 
-def api_versions(request: Request) -> bytes:
-    """v0-v2; a newer request is answered in v0 with UNSUPPORTED_VERSION and our versions
-    (Kafka's rule: the client then retries with a version from the list)."""
-    version = request.version
-    supported = version <= SUPPORTED[ApiKey.API_VERSIONS][1]
-    out = Writer().int16(ErrorCode.NONE if supported else ErrorCode.UNSUPPORTED_VERSION)
-    out.array_length(len(SUPPORTED))
-    for key, (low, high) in sorted(SUPPORTED.items()):
-        out.int16(key).int16(low).int16(high)
-    if supported and version >= 1:
-        out.int32(0)  # throttle_time_ms
-    return out.bytes()
+def api_versions(version: int, supported: Mapping[int, tuple[int, int]]) -> dict[str, Any]:
+    """A request newer than we know is answered in v0 with UNSUPPORTED_VERSION and our
+    versions (Kafka's rule: the client then retries with a version from the list)."""
+    high = supported[messages.API_VERSIONS.api_key][1]
+    return {
+        "error_code": ErrorCode.NONE if version <= high else ErrorCode.UNSUPPORTED_VERSION,
+        "api_keys": [
+            {"api_key": key, "min_version": low, "max_version": top}
+            for key, (low, top) in sorted(supported.items())
+        ],
+    }
 
 
 # -- Metadata --------------------------------------------------------------------------------
 
 
-def metadata(request: Request, broker: Broker) -> bytes:
-    version, body = request.version, request.body
-    wanted = body.array(body.string)
-    if version >= 4:
-        body.boolean()  # allow_auto_topic_creation: never
-    if version >= 8:
-        body.boolean()
-        body.boolean()
+def metadata(request: Request, broker: Broker) -> dict[str, Any]:
+    wanted = request.data["topics"]
     served = broker.partitions()
-    names = sorted(served) if wanted is None else wanted
-    out = Writer()
-    if version >= 3:
-        out.int32(0)  # throttle_time_ms
-    out.array_length(1)
-    out.int32(broker.node_id).nullable_string(broker.host).int32(broker.port)
-    out.nullable_string(None)  # rack
-    if version >= 2:
-        out.nullable_string(broker.cluster_id)
-    out.int32(broker.node_id)  # controller
-    out.array_length(len(names))
+    if wanted is None or (request.version == 0 and not wanted):
+        names: list[str | None] = [n for n in sorted(served) if not broker.is_internal(n)]
+    else:
+        names = [t["name"] for t in wanted]
+    node = broker.node_id
+    topics = []
     for name in names:
-        count = served.get(name)
-        out.int16(ErrorCode.NONE if count is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        out.nullable_string(name).boolean(False)
-        out.array_length(count or 0)
-        for partition in range(count or 0):
-            out.int16(ErrorCode.NONE).int32(partition).int32(broker.node_id)
-            if version >= 7:
-                out.int32(0)  # leader epoch
-            out.array_length(1).int32(broker.node_id)  # replicas
-            out.array_length(1).int32(broker.node_id)  # isr
-            if version >= 5:
-                out.array_length(0)  # offline replicas
-        if version >= 8:
-            out.int32(-2147483648)  # topic authorized operations: not requested
-    if version >= 8:
-        out.int32(-2147483648)
-    return out.bytes()
+        count = served.get(name) if name is not None else None
+        topics.append(
+            {
+                "error_code": ErrorCode.NONE
+                if count is not None
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                "name": name,
+                "is_internal": name is not None and broker.is_internal(name),
+                "partitions": [
+                    {
+                        "partition_index": index,
+                        "leader_id": node,
+                        "leader_epoch": 0,
+                        "replica_nodes": [node],
+                        "isr_nodes": [node],
+                    }
+                    for index in range(count or 0)
+                ],
+            }
+        )
+    return {
+        "brokers": [{"node_id": node, "host": broker.host, "port": broker.port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": node,
+        "topics": topics,
+    }
 
 
 # -- Produce ---------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class ProducePartition:
-    index: int
-    records: bytes | None
-    error: ErrorCode = ErrorCode.NONE
-    message: str | None = None
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-
-
-def produce(request: Request, broker: Broker) -> tuple[bytes | None, int]:
+def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, int]:
     """The response (None for acks=0) and the bytes appended."""
-    version, body = request.version, request.body
-    body.nullable_string()  # transactional_id
-    acks = body.int16()
-    body.int32()  # timeout_ms
-
-    def partition() -> ProducePartition:
-        return ProducePartition(body.int32(), body.nullable_bytes())
-
-    def topic() -> tuple[str, list[ProducePartition]]:
-        return body.string(), body.array(partition) or []
-
-    topics = body.array(topic) or []
+    data = request.data
+    acks = data["acks"]
     served = broker.partitions()
     appended = 0
-    for name, partitions in topics:
-        for item in partitions:
+    responses = []
+    for topic in data["topic_data"]:
+        name = topic["name"]
+        answers = []
+        for item in topic["partition_data"]:
+            index, records = item["index"], item["records"]
+            answer: dict[str, Any] = {"index": index, "base_offset": -1}
+            answers.append(answer)
             if acks not in (0, 1, -1):
-                item.error = ErrorCode.INVALID_REQUIRED_ACKS
-                continue
-            if name not in served or not 0 <= item.index < served[name]:
-                item.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            if not item.records:
-                item.error, item.message = ErrorCode.CORRUPT_MESSAGE, "no records"
-                continue
-            try:
-                item.base_offset, item.log_append_time, item.log_start_offset = broker.append(
-                    TopicPartition(name, item.index), item.records
-                )
-                appended += len(item.records)
-            except StorageError as exc:
-                item.error, item.message = error_for(exc), str(exc)
+                answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
+            elif not _served(served, name, index) or broker.is_internal(name):
+                answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif data["transactional_id"] is not None:
+                answer["error_code"] = ErrorCode.INVALID_TXN_STATE
+                answer["error_message"] = "transactions are not supported by this worker"
+            elif not records:
+                answer["error_code"] = ErrorCode.CORRUPT_MESSAGE
+                answer["error_message"] = "no records"
+            else:
+                try:
+                    done = broker.append(TopicPartition(name, index), records)
+                except (StorageError, SequenceError) as exc:
+                    answer["error_code"], answer["error_message"] = error_for(exc), str(exc)
+                else:
+                    answer["base_offset"] = done.base_offset
+                    answer["log_append_time_ms"] = done.log_append_time
+                    answer["log_start_offset"] = done.log_start_offset
+                    if not done.duplicate:
+                        appended += len(records)
+        responses.append({"name": name, "partition_responses": answers})
     if acks == 0:
         return None, appended
-    out = Writer().array_length(len(topics))
-    for name, partitions in topics:
-        out.nullable_string(name).array_length(len(partitions))
-        for item in partitions:
-            out.int32(item.index).int16(item.error).int64(item.base_offset)
-            out.int64(item.log_append_time)
-            if version >= 5:
-                out.int64(item.log_start_offset)
-            if version >= 8:
-                out.array_length(0).nullable_string(item.message)
-    out.int32(0)  # throttle_time_ms
-    return out.bytes(), appended
+    return {"responses": responses}, appended
 
 
 # -- Fetch -----------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class FetchPartition:
-    index: int
-    offset: int
-    max_bytes: int
-    error: ErrorCode = ErrorCode.NONE
-    result: FetchResult | None = None
 
 
 async def fetch(
     request: Request,
     broker: Broker,
     run: Callable[[Callable[[], Any]], Awaitable[Any]],
-) -> tuple[bytes, int]:
-    """The response and the record bytes sent. Waits up to max_wait_ms for min_bytes."""
-    version, body = request.version, request.body
-    body.int32()  # replica_id
-    max_wait_ms = body.int32()
-    min_bytes = body.int32()
-    max_bytes = body.int32()
-    body.int8()  # isolation level: read_uncommitted and read_committed read the same here
-    if version >= 7:
-        body.int32()  # session id: no fetch sessions (full fetches)
-        body.int32()
-
-    def partition() -> FetchPartition:
-        index = body.int32()
-        if version >= 9:
-            body.int32()  # current leader epoch
-        offset = body.int64()
-        if version >= 5:
-            body.int64()  # log start offset (of a follower)
-        return FetchPartition(index, offset, body.int32())
-
-    def topic() -> tuple[str, list[FetchPartition]]:
-        return body.string(), body.array(partition) or []
-
-    topics = body.array(topic) or []
-    if version >= 7:
-        body.array(lambda: (body.string(), body.array(body.int32)))
-    if version >= 11:
-        body.string()  # rack id
+    wake: asyncio.Event | None = None,
+) -> tuple[dict[str, Any], int]:
+    """The response and the record bytes sent. Waits up to max_wait_ms for min_bytes; an
+    append anywhere sets ``wake``, which re-reads at once instead of at the next poll."""
+    data = request.data
+    max_bytes = data["max_bytes"] if data["max_bytes"] > 0 else 1 << 30
     served = broker.partitions()
-    deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+    deadline = time.monotonic() + max(data["max_wait_ms"], 0) / 1000
+    wanted = [
+        (topic["topic"], p["partition"], p["fetch_offset"], p["partition_max_bytes"])
+        for topic in data["topics"]
+        for p in topic["partitions"]
+    ]
+    results: list[tuple[int, FetchResult | None]] = []
 
     def read_all() -> int:
-        budget = max_bytes if max_bytes > 0 else 1 << 30
+        results.clear()
         total = 0
-        for name, partitions in topics:
-            for item in partitions:
-                item.error, item.result = ErrorCode.NONE, None
-                if name not in served or not 0 <= item.index < served[name]:
-                    item.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                limit = max(min(item.max_bytes, budget - total), 0)
-                try:
-                    item.result = broker.read(TopicPartition(name, item.index), item.offset, limit)
-                except StorageError as exc:
-                    item.error = error_for(exc)
-                    continue
-                total += len(item.result.records)
+        for name, index, offset, partition_max in wanted:
+            if not _served(served, name, index):
+                results.append((ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None))
+                continue
+            limit = max(min(partition_max, max_bytes - total), 0)
+            try:
+                result = broker.read(TopicPartition(name, index), offset, limit)
+            except StorageError as exc:
+                results.append((error_for(exc), None))
+                continue
+            results.append((ErrorCode.NONE, result))
+            total += len(result.records)
         return total
 
+    min_bytes = max(data["min_bytes"], 1)
     total = await run(read_all)
-    while total < max(min_bytes, 1) and time.monotonic() < deadline:
-        await asyncio.sleep(min(0.02, max(deadline - time.monotonic(), 0)))
+    while total < min_bytes and time.monotonic() < deadline:
+        remaining = max(deadline - time.monotonic(), 0)
+        if wake is not None:
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), min(remaining, 0.5))
+        else:
+            await asyncio.sleep(min(0.02, remaining))
         total = await run(read_all)
-    out = Writer().int32(0)  # throttle_time_ms
-    if version >= 7:
-        out.int16(ErrorCode.NONE).int32(0)  # error, session id
-    out.array_length(len(topics))
-    for name, partitions in topics:
-        out.nullable_string(name).array_length(len(partitions))
-        for item in partitions:
-            result = item.result
-            high = result.high_watermark if result else -1
-            out.int32(item.index).int16(item.error).int64(high)
-            out.int64(high)  # last stable offset
-            if version >= 5:
-                out.int64(result.log_start_offset if result else -1)
-            out.array_length(None)  # aborted transactions: none reported (read_uncommitted)
-            if version >= 11:
-                out.int32(-1)  # preferred read replica
-            out.nullable_bytes(result.records if result else None)
-    return out.bytes(), total
+    responses: list[dict[str, Any]] = []
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (name, index, _offset, _max), (error, result) in zip(wanted, results, strict=True):
+        partitions = by_topic.get(name)
+        if partitions is None:
+            partitions = by_topic[name] = []
+            responses.append({"topic": name, "partitions": partitions})
+        records: bytes | FileRegion | None = result.records if result is not None else None
+        partitions.append(
+            {
+                "partition_index": index,
+                "error_code": error,
+                "high_watermark": result.high_watermark if result else -1,
+                "last_stable_offset": result.high_watermark if result else -1,
+                "log_start_offset": result.log_start_offset if result else -1,
+                "aborted_transactions": None,
+                "records": records,
+            }
+        )
+    return {"responses": responses}, total
 
 
 # -- ListOffsets -----------------------------------------------------------------------------
 
 
-def list_offsets(request: Request, broker: Broker) -> bytes:
-    version, body = request.version, request.body
-    body.int32()  # replica id
-    if version >= 2:
-        body.int8()  # isolation level
-
-    def partition() -> tuple[int, int]:
-        index = body.int32()
-        if version >= 4:
-            body.int32()  # current leader epoch
-        return index, body.int64()
-
-    def topic() -> tuple[str, list[tuple[int, int]]]:
-        return body.string(), body.array(partition) or []
-
-    topics = body.array(topic) or []
+def list_offsets(request: Request, broker: Broker) -> dict[str, Any]:
     served = broker.partitions()
-    out = Writer()
-    if version >= 2:
-        out.int32(0)  # throttle_time_ms
-    out.array_length(len(topics))
-    for name, partitions in topics:
-        out.nullable_string(name).array_length(len(partitions))
-        for index, timestamp in partitions:
-            error, found_timestamp, offset = ErrorCode.NONE, -1, -1
-            if name not in served or not 0 <= index < served[name]:
-                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    topics = []
+    for topic in request.data["topics"]:
+        name = topic["name"]
+        answers = []
+        for partition in topic["partitions"]:
+            index, timestamp = partition["partition_index"], partition["timestamp"]
+            answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.NONE}
+            if not _served(served, name, index):
+                answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif timestamp < MAX_TIMESTAMP or (timestamp == MAX_TIMESTAMP and request.version < 7):
+                answer["error_code"] = ErrorCode.UNSUPPORTED_VERSION
             else:
                 try:
-                    found_timestamp, offset = broker.list_offset(
-                        TopicPartition(name, index), timestamp
+                    found_ts, offset = broker.list_offset(TopicPartition(name, index), timestamp)
+                except StorageError as exc:
+                    answer["error_code"] = error_for(exc)
+                else:
+                    answer.update(timestamp=found_ts, offset=offset, leader_epoch=0)
+            answers.append(answer)
+        topics.append({"name": name, "partitions": answers})
+    return {"topics": topics}
+
+
+# -- DeleteRecords ---------------------------------------------------------------------------
+
+
+def delete_records(request: Request, broker: Broker) -> dict[str, Any]:
+    served = broker.partitions()
+    topics = []
+    for topic in request.data["topics"]:
+        name = topic["name"]
+        answers = []
+        for partition in topic["partitions"]:
+            index = partition["partition_index"]
+            answer: dict[str, Any] = {
+                "partition_index": index,
+                "low_watermark": -1,
+                "error_code": ErrorCode.NONE,
+            }
+            if not _served(served, name, index):
+                answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    answer["low_watermark"] = broker.delete_records(
+                        TopicPartition(name, index), partition["offset"]
                     )
                 except StorageError as exc:
-                    error = error_for(exc)
-            out.int32(index).int16(error).int64(found_timestamp).int64(offset)
-            if version >= 4:
-                out.int32(0)  # leader epoch
-    return out.bytes()
+                    answer["error_code"] = error_for(exc)
+            answers.append(answer)
+        topics.append({"name": name, "partitions": answers})
+    return {"topics": topics}
+
+
+# -- DescribeConfigs -------------------------------------------------------------------------
+
+
+def describe_configs(request: Request, broker: Broker) -> dict[str, Any]:
+    served = broker.partitions()
+    results = []
+    for resource in request.data["resources"]:
+        result: dict[str, Any] = {
+            "resource_type": resource["resource_type"],
+            "resource_name": resource["resource_name"],
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "configs": [],
+        }
+        results.append(result)
+        name = resource["resource_name"]
+        if resource["resource_type"] != RESOURCE_TOPIC:
+            result["error_code"] = ErrorCode.INVALID_REQUEST
+            result["error_message"] = "only topic configs are served by this worker"
+            continue
+        if name not in served:
+            result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result["error_message"] = f"topic {name!r} is not on this worker"
+            continue
+        values, explicit = broker.topic_config(name)
+        keys = resource["configuration_keys"]
+        for key in sorted(values) if keys is None else keys:
+            if key not in values:
+                continue
+            source = CONFIG_SOURCE_DYNAMIC_TOPIC if key in explicit else CONFIG_SOURCE_DEFAULT
+            result["configs"].append(
+                {
+                    "name": key,
+                    "value": values[key],
+                    # Topic configs change through the Topic resource, not through Kafka.
+                    "read_only": True,
+                    "is_default": key not in explicit,
+                    "config_source": source,
+                    "is_sensitive": False,
+                    "synonyms": [{"name": key, "value": values[key], "source": source}]
+                    if request.data["include_synonyms"]
+                    else [],
+                    "documentation": None,
+                }
+            )
+    return {"results": results}
+
+
+# -- InitProducerId --------------------------------------------------------------------------
+
+
+def init_producer_id(request: Request, broker: Broker) -> dict[str, Any]:
+    if request.data["transactional_id"] is not None:
+        # Transactions need a transaction coordinator and markers written on commit/abort:
+        # not served. An idempotent producer (no transactional.id) is.
+        return {"error_code": ErrorCode.UNSUPPORTED_VERSION}
+    return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id()}
+
+
+# -- FindCoordinator -------------------------------------------------------------------------
+
+
+def find_coordinator(request: Request, broker: Broker) -> dict[str, Any]:
+    """Every group's coordinator is this worker (transaction coordinators are not served)."""
+    data = request.data
+    node = {"node_id": broker.node_id, "host": broker.host, "port": broker.port}
+    group_key = data["key_type"] == 0
+    error = ErrorCode.NONE if group_key else ErrorCode.INVALID_REQUEST
+    message = None if group_key else "only group coordinators are served by this worker"
+    if request.version >= 4:
+        return {
+            "coordinators": [
+                {"key": key, **node, "error_code": error, "error_message": message}
+                for key in data["coordinator_keys"]
+            ]
+        }
+    return {**node, "error_code": error, "error_message": message}

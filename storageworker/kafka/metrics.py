@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from storageworker.kafka.server import KafkaCounters
+from storageworker.kafka.server import LATENCY_BUCKETS_S_ALL, KafkaCounters
 from storageworker.metrics import PREFIX
 
 
@@ -23,6 +28,27 @@ class KafkaCollector(Collector):
         for (api, version), count in sorted(counters.requests.items()):
             requests.add_metric([api, str(version)], count)
         yield requests
+        errors = CounterMetricFamily(
+            f"{PREFIX}_kafka_errors",
+            "Error codes in Kafka responses (per partition or item answered)",
+            labels=["api", "code"],
+        )
+        for (api, code), count in sorted(counters.errors.items()):
+            errors.add_metric([api, str(code)], count)
+        yield errors
+        latency = HistogramMetricFamily(
+            f"{PREFIX}_kafka_request_seconds",
+            "Time from a request's arrival to its response (Fetch includes max wait)",
+            labels=["api"],
+        )
+        for api, histogram in sorted(counters.latency.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip(LATENCY_BUCKETS_S_ALL, histogram.buckets, strict=True):
+                cumulative += count
+                buckets.append((repr(bound), cumulative))
+            buckets.append(("+Inf", histogram.count))
+            latency.add_metric([api], buckets, histogram.total_s)
+        yield latency
         for name, help_text, value in (
             ("kafka_received_bytes", "Bytes of Kafka requests", counters.bytes_in),
             ("kafka_sent_bytes", "Bytes of Kafka responses", counters.bytes_out),
@@ -36,6 +62,21 @@ class KafkaCollector(Collector):
                 "kafka_malformed_requests",
                 "Requests that could not be decoded",
                 counters.malformed_requests,
+            ),
+            (
+                "kafka_timed_out_connections",
+                "Connections closed by the request or idle timeout",
+                counters.timed_out_connections,
+            ),
+            (
+                "kafka_failed_authentications",
+                "SASL authentications refused",
+                counters.failed_authentications,
+            ),
+            (
+                "kafka_duplicate_batches",
+                "Idempotent producer retries acknowledged without appending",
+                counters.duplicate_batches,
             ),
         ):
             counter = CounterMetricFamily(f"{PREFIX}_{name}", help_text)

@@ -2,31 +2,144 @@
 
 One task per connection reads size-prefixed requests, answers each in order (Kafka's rule: one
 in flight per connection), and closes the connection on anything it cannot decode, logging the
-client address. Limits: ``max_connections`` (a connection beyond it is closed at once) and
-``max_request_bytes`` (a larger declared size closes the connection before reading it). Log I/O
-runs in worker threads so that one slow disk read never stalls the other connections.
+client address. Log I/O runs in worker threads so that one slow disk read never stalls the
+other connections; group requests wait on the event loop without blocking anyone.
+
+Limits (:class:`ListenerSettings`): ``max_connections`` (a connection beyond it is closed at
+once), ``max_request_bytes`` (a larger declared size closes the connection before reading it),
+``request_timeout_ms`` (a request must arrive whole, and a response must be taken by the
+client, within it), ``idle_timeout_ms`` (a silent connection is closed, Kafka's
+``connections.max.idle.ms``). Security: TLS from certificate files, SASL (PLAIN, SCRAM) from a
+users file; without either the listener only binds a loopback address unless
+``allow_plaintext`` says otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import logging
+import socket
+import ssl
+import struct
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Final
 
-from storagecore.config import TopicPartition
-from storagecore.errors import UnknownTopicOrPartitionError
-from storagecore.log import FetchResult
-from storageworker.kafka import apis
-from storageworker.kafka.wire import ProtocolError, Reader, Writer, frame, frame_size
+from storagecore.config import LogConfig, TopicPartition, TopicSpec
+from storagecore.errors import (
+    ConfigError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from storagecore.log import FetchResult, Log
+from storagecore.records import layout
+from storagecore.records.batch import RecordBatch
+from storageworker.kafka import apis, messages
+from storageworker.kafka.groups import OFFSETS_TOPIC, GroupCoordinator
+from storageworker.kafka.producers import PartitionProducers, ProducerIds
+from storageworker.kafka.sasl import MECHANISMS, AuthenticationError, Authenticator, User
+from storageworker.kafka.schema import decode, encode
+from storageworker.kafka.wire import FileRegion, ProtocolError, Reader, Writer, frame_size
 from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
 
-MAX_REQUEST_BYTES: Final = 100 * 1024 * 1024
-MAX_CONNECTIONS: Final = 1000
+LATENCY_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
+LATENCY_BUCKETS_S_ALL: Final = (*LATENCY_BUCKETS_S, 1.0, 2.5, 5.0, 10.0, 30.0)
+OFFSETS_TOPIC_CONFIG: Final = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(100 * 1024 * 1024),
+    "compression.type": "producer",
+}
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+_ALWAYS_ALLOWED: Final = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+
+
+@dataclasses.dataclass(frozen=True)
+class ListenerSettings:
+    """How the ``kafka`` port listens (``logkeeper serve --kafka-*``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    """The host name clients are told to connect to (Metadata); default: ``host``, or the
+    machine's name when ``host`` is a wildcard address."""
+    max_connections: int = 1000
+    max_request_bytes: int = 100 * 1024 * 1024
+    request_timeout_ms: int = 30_000
+    idle_timeout_ms: int = 600_000
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    """When set, clients must present a certificate signed by this CA (mutual TLS)."""
+    sasl_users: dict[str, User] | None = None
+    sasl_mechanisms: tuple[str, ...] = MECHANISMS
+    allow_plaintext: bool = False
+    """Serve without TLS and SASL on a non-loopback address (a private network)."""
+    offsets_topic_partitions: int = 10
+    """Partitions of ``__consumer_offsets``. Groups map to partitions by hash: never change
+    it on a volume that already has the topic."""
+    initial_rebalance_delay_ms: int = 0
+
+    def check(self) -> None:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("kafka listener: TLS needs both a certificate and a key file")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ConfigError("kafka listener: a client CA needs TLS (certificate and key)")
+        if not 1 <= self.offsets_topic_partitions <= 1000:
+            raise ConfigError("kafka listener: offsets topic partitions must be 1-1000")
+        unknown = set(self.sasl_mechanisms) - set(MECHANISMS)
+        if unknown:
+            raise ConfigError(f"kafka listener: unknown SASL mechanisms {sorted(unknown)}")
+        secured = self.tls_cert_file is not None or self.sasl_users is not None
+        if not secured and not self.allow_plaintext and not _is_loopback(self.host):
+            raise ConfigError(
+                f"kafka listener: {self.host} is not a loopback address; configure TLS or "
+                "SASL, or allow plaintext explicitly (--kafka-allow-plaintext)"
+            )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.tls_cert_file is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(str(self.tls_cert_file), str(self.tls_key_file))
+            if self.tls_client_ca_file is not None:
+                context.load_verify_locations(str(self.tls_client_ca_file))
+                context.verify_mode = ssl.CERT_REQUIRED
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"kafka listener: cannot load TLS files: {exc}") from None
+        return context
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclasses.dataclass
+class Histogram:
+    buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S_ALL))
+    count: int = 0
+    total_s: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.total_s += seconds
+        for i, bound in enumerate(LATENCY_BUCKETS_S_ALL):
+            if seconds <= bound:
+                self.buckets[i] += 1
+                break
 
 
 @dataclasses.dataclass
@@ -36,10 +149,16 @@ class KafkaCounters:
     connections: int = 0
     open_connections: int = 0
     requests: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    errors: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
+    """(API, error code) → partitions/items answered with that code (0 excluded)."""
+    latency: dict[str, Histogram] = dataclasses.field(default_factory=dict)
     bytes_in: int = 0
     bytes_out: int = 0
     refused_connections: int = 0
     malformed_requests: int = 0
+    timed_out_connections: int = 0
+    failed_authentications: int = 0
+    duplicate_batches: int = 0
 
 
 class WorkerBroker:
@@ -51,6 +170,11 @@ class WorkerBroker:
         self.port = port
         self.node_id = node_id
         self.cluster_id = "logkeeper"
+        self.producer_ids = ProducerIds()
+        self._producers: dict[TopicPartition, PartitionProducers] = {}
+        self._producers_lock = threading.Lock()
+        self.counters: KafkaCounters | None = None
+        self.on_append: Callable[[], None] = lambda: None
 
     def partitions(self) -> dict[str, int]:
         manager = self.worker.log_manager
@@ -60,89 +184,212 @@ class WorkerBroker:
         result: dict[str, int] = {}
         for name, spec in self.worker.topics.items():
             count = 0
-            while TopicPartition(name, count) in logs and count < spec.partitions:
+            while count < spec.partitions and TopicPartition(name, count) in logs:
                 count += 1
             if count:
                 result[name] = count
         return result
 
-    def _log(self, tp: TopicPartition) -> Any:
+    def is_internal(self, topic: str) -> bool:
+        return topic in self.worker.internal_topics
+
+    def _log(self, tp: TopicPartition) -> Log:
         manager = self.worker.log_manager
         log = manager.find_log(tp) if manager is not None else None
         if log is None:
             raise UnknownTopicOrPartitionError(f"{tp} is not on this worker")
         return log
 
-    def append(self, tp: TopicPartition, records: bytes) -> tuple[int, int, int]:
-        info = self._log(tp).append(records)
-        return info.first_offset, info.log_append_time, info.log_start_offset
+    def _partition_producers(self, tp: TopicPartition, log: Log) -> PartitionProducers:
+        with self._producers_lock:
+            found = self._producers.get(tp)
+            if found is None:
+                found = self._producers[tp] = PartitionProducers(log.transaction_state())
+            return found
+
+    def append(self, tp: TopicPartition, records: bytes) -> apis.Appended:
+        """Append through the leader path; an idempotent producer's batch is checked against
+        the partition's producer state first (:mod:`~storageworker.kafka.producers`)."""
+        log = self._log(tp)
+        producer_id = (
+            _I64.unpack_from(records, layout.PRODUCER_ID_OFFSET)[0]
+            if len(records) >= layout.RECORD_BATCH_OVERHEAD
+            else layout.NO_PRODUCER_ID
+        )
+        if producer_id == layout.NO_PRODUCER_ID:
+            info = log.append(records)
+            self.on_append()
+            return apis.Appended(info.first_offset, info.log_append_time, info.log_start_offset)
+        declared = layout.LOG_OVERHEAD + _I32.unpack_from(records, layout.LENGTH_OFFSET)[0]
+        if declared != len(records):
+            raise InvalidRecordError(
+                f"{tp}: an idempotent produce request must hold exactly one record batch "
+                f"({len(records)} bytes, the first batch declares {declared})"
+            )
+        batch = RecordBatch(records)
+        batch.validate()
+        producers = self._partition_producers(tp, log)
+        with producers.lock:
+            original = producers.check(batch, str(tp))
+            if original is not None:
+                if self.counters is not None:
+                    self.counters.duplicate_batches += 1
+                logger.info(
+                    "%s: duplicate batch of producer %d (sequence %d-%d) acknowledged at "
+                    "offset %d without appending",
+                    tp,
+                    batch.producer_id,
+                    batch.base_sequence,
+                    batch.last_sequence,
+                    original.first_offset,
+                )
+                return apis.Appended(original.first_offset, -1, log.log_start_offset, True)
+            info = log.append(records)
+            producers.record(batch, info.first_offset, info.max_timestamp)
+        self.on_append()
+        return apis.Appended(info.first_offset, info.log_append_time, info.log_start_offset)
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int) -> FetchResult:
-        result: FetchResult = self._log(tp).read(offset, max_bytes)
-        return result
+        return self._log(tp).read(offset, max_bytes)
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        log = self._log(tp)
-        if timestamp == apis.EARLIEST_TIMESTAMP:
-            return -1, int(log.log_start_offset)
-        if timestamp == apis.LATEST_TIMESTAMP:
-            return -1, int(log.log_end_offset)
-        found = log.offset_for_timestamp(timestamp)
+        found = self._log(tp).offset_for_timestamp(timestamp)
         return (-1, -1) if found is None else (int(found.timestamp), int(found.offset))
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        log = self._log(tp)
+        if offset == -1:
+            offset = log.high_watermark
+        if offset > log.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{tp}: cannot delete records up to {offset}, past the high watermark "
+                f"{log.high_watermark}"
+            )
+        new_start = log.delete_records(offset)
+        logger.info("%s: records before offset %d deleted by request", tp, new_start)
+        return new_start
+
+    def topic_config(self, topic: str) -> tuple[dict[str, str], set[str]]:
+        spec = self.worker.topics[topic]
+        return spec.config.to_topic_config(), set(spec.topic_config)
+
+    def next_producer_id(self) -> int:
+        return self.producer_ids.next()
+
+
+def offsets_topic_spec(partitions: int) -> TopicSpec:
+    return TopicSpec(
+        OFFSETS_TOPIC,
+        partitions,
+        LogConfig.from_topic_config(OFFSETS_TOPIC_CONFIG),
+        topic_config=dict(OFFSETS_TOPIC_CONFIG),
+    )
 
 
 class KafkaServer:
-    """Serves :class:`WorkerBroker` on ``host:port`` from a thread with its own event loop."""
+    """Serves :class:`WorkerBroker` from a thread with its own event loop."""
 
-    def __init__(
-        self,
-        worker: Worker,
-        host: str,
-        port: int,
-        *,
-        max_connections: int = MAX_CONNECTIONS,
-        max_request_bytes: int = MAX_REQUEST_BYTES,
-    ) -> None:
+    def __init__(self, worker: Worker, settings: ListenerSettings) -> None:
+        settings.check()
         self.worker = worker
-        self.host = host
-        self.requested_port = port
-        self.max_connections = max_connections
-        self.max_request_bytes = max_request_bytes
+        self.settings = settings
+        self.ssl = settings.ssl_context()
         self.counters = KafkaCounters()
         self.broker: WorkerBroker | None = None
+        self.groups: GroupCoordinator | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._wake: asyncio.Event | None = None
+        self._expiry: asyncio.Task[None] | None = None
         self.port = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="logkeeper-kafka", daemon=True)
         self._thread.start()
-        if not self._ready.wait(30):
+        if not self._ready.wait(120):
             raise RuntimeError("the Kafka listener did not start")
+        if self._error is not None:
+            raise self._error
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
-
-        async def listen() -> None:
-            self._server = await asyncio.start_server(
-                self._connection, self.host, self.requested_port, limit=1 << 20
-            )
-            self.port = int(self._server.sockets[0].getsockname()[1])
-            self.broker = WorkerBroker(self.worker, self.host, self.port)
+        try:
+            loop.run_until_complete(self._listen())
+        except BaseException as exc:
+            self._error = exc
             self._ready.set()
-
-        loop.run_until_complete(listen())
+            loop.close()
+            return
         loop.run_forever()
         loop.close()
 
+    async def _listen(self) -> None:
+        settings = self.settings
+        self._wake = asyncio.Event()
+        self._server = await asyncio.start_server(
+            self._connection, settings.host, settings.port, limit=1 << 20, ssl=self.ssl
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        advertised = settings.advertised_host or (
+            socket.gethostname() if settings.host in ("0.0.0.0", "::", "") else settings.host
+        )
+        broker = WorkerBroker(self.worker, advertised, self.port)
+        broker.counters = self.counters
+        loop = asyncio.get_running_loop()
+        wake = self._wake
+
+        def on_append() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        broker.on_append = on_append
+        self.broker = broker
+
+        async def append(tp: TopicPartition, records: bytes) -> Any:
+            return await asyncio.to_thread(broker.append, tp, records)
+
+        self.groups = GroupCoordinator(
+            append,
+            settings.offsets_topic_partitions,
+            initial_rebalance_delay_ms=settings.initial_rebalance_delay_ms,
+        )
+        await asyncio.to_thread(self._load_offsets)
+        self._expiry = loop.create_task(self._expire_sessions())
+        self._ready.set()
+
+    def _load_offsets(self) -> None:
+        """Read ``__consumer_offsets`` back into the coordinator's memory."""
+        assert self.broker is not None and self.groups is not None
+        records = 0
+        for partition in range(self.settings.offsets_topic_partitions):
+            tp = TopicPartition(OFFSETS_TOPIC, partition)
+            try:
+                log = self.broker._log(tp)
+            except UnknownTopicOrPartitionError:
+                continue
+            offset = log.log_start_offset
+            while offset < log.high_watermark:
+                result = log.read(offset, 4 << 20)
+                if result.next_offset <= offset:
+                    break
+                records += self.groups.load(result.records, tp)
+                offset = result.next_offset
+        logger.info("Loaded %d committed offsets from %s", records, OFFSETS_TOPIC)
+
+    async def _expire_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            assert self.groups is not None
+            self.groups.expire_sessions()
+
     def stop(self) -> None:
         loop = self._loop
-        if loop is None:
+        if loop is None or not loop.is_running():
             return
 
         async def close() -> None:
@@ -161,32 +408,42 @@ class KafkaServer:
     # -- one connection --------------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        counters = self.counters
-        if counters.open_connections >= self.max_connections:
+        counters, settings = self.counters, self.settings
+        if counters.open_connections >= settings.max_connections:
             counters.refused_connections += 1
-            logger.warning("Kafka connection from %s refused: %d open", peer, self.max_connections)
+            logger.warning(
+                "Kafka connection from %s refused: %d open", peer, settings.max_connections
+            )
             writer.close()
             return
         counters.connections += 1
         counters.open_connections += 1
+        session = _Session(peer, authenticated=settings.sasl_users is None)
+        request_timeout_s = settings.request_timeout_ms / 1000
         try:
             while True:
                 try:
-                    header = await reader.readexactly(4)
+                    header = await asyncio.wait_for(
+                        reader.readexactly(4), settings.idle_timeout_ms / 1000
+                    )
                 except asyncio.IncompleteReadError:
                     return  # the client closed the connection
                 size = frame_size(header)
-                if size > self.max_request_bytes or size < 8:
+                if size > settings.max_request_bytes or size < 8:
                     counters.malformed_requests += 1
                     logger.warning("Kafka request from %s of %d bytes refused", peer, size)
                     return
-                payload = await reader.readexactly(size)
+                payload = await asyncio.wait_for(reader.readexactly(size), request_timeout_s)
                 counters.bytes_in += size + 4
-                response = await self._answer(payload, peer)
+                response = await self._answer(payload, session)
                 if response is not None:
-                    writer.write(response)
-                    counters.bytes_out += len(response)
-                    await writer.drain()
+                    sent = await self._send(writer, response)
+                    counters.bytes_out += sent
+                if session.close_after:
+                    return
+        except TimeoutError:
+            counters.timed_out_connections += 1
+            logger.info("Kafka connection from %s closed: timed out", peer)
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         except ProtocolError as exc:
@@ -196,37 +453,194 @@ class KafkaServer:
             counters.open_connections -= 1
             writer.close()
 
-    async def _answer(self, payload: bytes, peer: Any) -> bytes | None:
+    async def _send(self, writer: asyncio.StreamWriter, response: Writer) -> int:
+        """Write a framed response; file regions go with ``sendfile`` on plain TCP."""
+        timeout_s = self.settings.request_timeout_ms / 1000
+        writer.write(response.size.to_bytes(4, "big"))
+        loop = asyncio.get_running_loop()
+        for part in response.parts:
+            if isinstance(part, FileRegion):
+                if self.ssl is None:
+                    await asyncio.wait_for(writer.drain(), timeout_s)
+                    with open(part.file.name, "rb") as f:
+                        await asyncio.wait_for(
+                            loop.sendfile(writer.transport, f, part.position, part.size),
+                            timeout_s,
+                        )
+                    continue
+                writer.write(part.read())
+            else:
+                writer.write(part)
+        await asyncio.wait_for(writer.drain(), timeout_s)
+        return response.size + 4
+
+    async def _answer(self, payload: bytes, session: _Session) -> Writer | None:
         body = Reader(payload)
         api_key, version, correlation_id = body.int16(), body.int16(), body.int32()
-        try:
-            key = apis.ApiKey(api_key)
-        except ValueError:
-            raise ProtocolError(f"unsupported API key {api_key}") from None
-        low, high = apis.SUPPORTED[key]
-        if key is not apis.ApiKey.API_VERSIONS and not low <= version <= high:
-            raise ProtocolError(f"{key.name} v{version} is not supported ({low}-{high})")
+        message = messages.MESSAGES.get(api_key)
+        if message is None:
+            raise ProtocolError(f"unsupported API key {api_key}")
+        name = message.name
+        if api_key == messages.API_VERSIONS.api_key and version not in message.versions:
+            # Kafka answers any ApiVersions version, newer ones in v0 (KIP-511).
+            answer = apis.api_versions(version, apis.SUPPORTED)
+            return self._frame(correlation_id, message.response, answer, version=0)
+        if version not in message.versions:
+            raise ProtocolError(
+                f"{name} v{version} is not supported ({message.versions.low}-"
+                f"{message.versions.high})"
+            )
+        if not session.authenticated and api_key not in _ALWAYS_ALLOWED:
+            raise ProtocolError(f"{name} before SASL authentication")
+        flexible = message.is_flexible(version)
         client_id = body.nullable_string()
-        request = apis.Request(api_key, version, correlation_id, client_id, body)
-        name = key.name
-        self.counters.requests[(name, version)] = self.counters.requests.get((name, version), 0) + 1
-        broker = self.broker
-        assert broker is not None
-
-        def run(function: Callable[[], Any]) -> Any:
-            return asyncio.to_thread(function)
-
-        result: bytes | None
-        if key is apis.ApiKey.API_VERSIONS:
-            result = apis.api_versions(request)
-        elif key is apis.ApiKey.METADATA:
-            result = apis.metadata(request, broker)
-        elif key is apis.ApiKey.PRODUCE:
-            result, _ = await run(lambda: apis.produce(request, broker))
-        elif key is apis.ApiKey.FETCH:
-            result, _ = await apis.fetch(request, broker, run)
-        else:
-            result = await run(lambda: apis.list_offsets(request, broker))
+        if flexible:
+            decode((), body, version, True)  # the request header's tagged fields
+        data = decode(message.request, body, version, flexible)
+        request = apis.Request(api_key, version, correlation_id, client_id, data)
+        key = (name, version)
+        self.counters.requests[key] = self.counters.requests.get(key, 0) + 1
+        started = time.monotonic()
+        result = await self._dispatch(request, session)
+        histogram = self.counters.latency.get(name)
+        if histogram is None:
+            histogram = self.counters.latency[name] = Histogram()
+        histogram.observe(time.monotonic() - started)
         if result is None:
             return None
-        return frame(Writer().int32(correlation_id).bytes() + result)
+        for code in _error_codes(result):
+            if code:
+                error_key = (name, int(code))
+                self.counters.errors[error_key] = self.counters.errors.get(error_key, 0) + 1
+        return self._frame(
+            correlation_id,
+            message.response,
+            result,
+            version=version,
+            flexible=flexible,
+            header_flexible=message.response_header_version(version) == 1,
+        )
+
+    @staticmethod
+    def _frame(
+        correlation_id: int,
+        fields: Any,
+        result: dict[str, Any],
+        *,
+        version: int,
+        flexible: bool = False,
+        header_flexible: bool = False,
+    ) -> Writer:
+        out = Writer().int32(correlation_id)
+        if header_flexible:
+            out.tagged_fields()
+        return encode(fields, out, version, flexible, result)
+
+    async def _dispatch(self, request: apis.Request, session: _Session) -> dict[str, Any] | None:
+        broker, groups = self.broker, self.groups
+        assert broker is not None and groups is not None
+        key, data = request.api_key, request.data
+        if key == 0:
+            result, _ = await asyncio.to_thread(apis.produce, request, broker)
+            return result
+        if key == 1:
+            response, _ = await apis.fetch(request, broker, asyncio.to_thread, self._wake)
+            return response
+        if key == 18:
+            return apis.api_versions(request.version, apis.SUPPORTED)
+        if key == 3:
+            return apis.metadata(request, broker)
+        if key == 2:
+            return await asyncio.to_thread(apis.list_offsets, request, broker)
+        if key == 8:
+            return await groups.commit(data, broker.partitions(), int(time.time() * 1000))
+        if key == 9:
+            return groups.fetch_offsets(data)
+        if key == 10:
+            return apis.find_coordinator(request, broker)
+        if key == 11:
+            return await groups.join(data, request.client_id or "")
+        if key == 12:
+            return groups.heartbeat(data)
+        if key == 13:
+            return groups.leave(data, request.version)
+        if key == 14:
+            return await groups.sync(data)
+        if key == 21:
+            return await asyncio.to_thread(apis.delete_records, request, broker)
+        if key == 22:
+            return apis.init_producer_id(request, broker)
+        if key == 32:
+            return apis.describe_configs(request, broker)
+        if key == 17:
+            return self._sasl_handshake(data, session)
+        assert key == 36, key
+        return self._sasl_authenticate(data, session)
+
+    def _sasl_handshake(self, data: dict[str, Any], session: _Session) -> dict[str, Any]:
+        mechanisms = list(self.settings.sasl_mechanisms) if self.settings.sasl_users else []
+        if self.settings.sasl_users is None or session.authenticated:
+            return {"error_code": apis.ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+        if data["mechanism"] not in mechanisms:
+            return {
+                "error_code": apis.ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                "mechanisms": mechanisms,
+            }
+        session.authenticator = Authenticator(data["mechanism"], self.settings.sasl_users)
+        return {"error_code": apis.ErrorCode.NONE, "mechanisms": mechanisms}
+
+    def _sasl_authenticate(self, data: dict[str, Any], session: _Session) -> dict[str, Any]:
+        authenticator = session.authenticator
+        if authenticator is None or session.authenticated:
+            session.close_after = True
+            return {
+                "error_code": apis.ErrorCode.ILLEGAL_SASL_STATE,
+                "error_message": "SaslAuthenticate without a SaslHandshake",
+            }
+        try:
+            answer = authenticator.step(data["auth_bytes"])
+        except AuthenticationError as exc:
+            self.counters.failed_authentications += 1
+            logger.warning(
+                "Kafka client %s failed %s authentication: %s",
+                session.peer,
+                authenticator.mechanism,
+                exc,
+            )
+            session.close_after = True
+            return {
+                "error_code": apis.ErrorCode.SASL_AUTHENTICATION_FAILED,
+                "error_message": str(exc),
+            }
+        if authenticator.complete:
+            session.authenticated = True
+            logger.info(
+                "Kafka client %s authenticated as %s (%s)",
+                session.peer,
+                authenticator.user,
+                authenticator.mechanism,
+            )
+        return {"error_code": apis.ErrorCode.NONE, "auth_bytes": answer}
+
+
+@dataclasses.dataclass
+class _Session:
+    peer: Any
+    authenticated: bool
+    authenticator: Authenticator | None = None
+    close_after: bool = False
+
+
+def _error_codes(value: Any) -> Iterator[int]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "error_code":
+                yield int(item)
+            elif isinstance(item, (dict, list)):
+                yield from _error_codes(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _error_codes(item)
+
+
+__all__ = ["KafkaCounters", "KafkaServer", "ListenerSettings", "WorkerBroker"]

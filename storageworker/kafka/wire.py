@@ -8,9 +8,11 @@ A short or malformed buffer raises :class:`ProtocolError` naming what was being 
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import struct
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import BinaryIO, Final, TypeVar
 
 T = TypeVar("T")
 
@@ -19,6 +21,7 @@ _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _U32: Final = struct.Struct(">I")
+_F64: Final = struct.Struct(">d")
 
 
 class ProtocolError(ValueError):
@@ -30,7 +33,7 @@ class Reader:
         self.data = memoryview(data)
         self.pos = 0
 
-    def _take(self, size: int, what: str) -> memoryview:
+    def take(self, size: int, what: str) -> memoryview:
         if size < 0 or self.pos + size > len(self.data):
             raise ProtocolError(f"truncated {what} at byte {self.pos}")
         view = self.data[self.pos : self.pos + size]
@@ -38,16 +41,16 @@ class Reader:
         return view
 
     def int8(self) -> int:
-        return int(_I8.unpack(self._take(1, "int8"))[0])
+        return int(_I8.unpack(self.take(1, "int8"))[0])
 
     def int16(self) -> int:
-        return int(_I16.unpack(self._take(2, "int16"))[0])
+        return int(_I16.unpack(self.take(2, "int16"))[0])
 
     def int32(self) -> int:
-        return int(_I32.unpack(self._take(4, "int32"))[0])
+        return int(_I32.unpack(self.take(4, "int32"))[0])
 
     def int64(self) -> int:
-        return int(_I64.unpack(self._take(8, "int64"))[0])
+        return int(_I64.unpack(self.take(8, "int64"))[0])
 
     def boolean(self) -> bool:
         return self.int8() != 0
@@ -55,7 +58,7 @@ class Reader:
     def uvarint(self) -> int:
         result = shift = 0
         for _ in range(5):
-            byte = self._take(1, "varint")[0]
+            byte = self.take(1, "varint")[0]
             result |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 return result
@@ -64,7 +67,7 @@ class Reader:
 
     def nullable_string(self) -> str | None:
         length = self.int16()
-        return None if length < 0 else self._decode(self._take(length, "string"))
+        return None if length < 0 else self.decode_text(self.take(length, "string"))
 
     def string(self) -> str:
         value = self.nullable_string()
@@ -74,7 +77,7 @@ class Reader:
 
     def compact_nullable_string(self) -> str | None:
         length = self.uvarint() - 1
-        return None if length < 0 else self._decode(self._take(length, "compact string"))
+        return None if length < 0 else self.decode_text(self.take(length, "compact string"))
 
     def compact_string(self) -> str:
         value = self.compact_nullable_string()
@@ -82,20 +85,23 @@ class Reader:
             raise ProtocolError(f"null compact string at byte {self.pos}")
         return value
 
+    def float64(self) -> float:
+        return float(_F64.unpack(self.take(8, "float64"))[0])
+
     @staticmethod
-    def _decode(view: memoryview) -> str:
+    def decode_text(view: memoryview, what: str = "string") -> str:
         try:
             return bytes(view).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ProtocolError(f"string is not UTF-8: {exc}") from None
+            raise ProtocolError(f"{what} is not UTF-8: {exc}") from None
 
     def nullable_bytes(self) -> bytes | None:
         length = self.int32()
-        return None if length < 0 else bytes(self._take(length, "bytes"))
+        return None if length < 0 else bytes(self.take(length, "bytes"))
 
     def compact_nullable_bytes(self) -> bytes | None:
         length = self.uvarint() - 1
-        return None if length < 0 else bytes(self._take(length, "compact bytes"))
+        return None if length < 0 else bytes(self.take(length, "compact bytes"))
 
     def array(self, item: Callable[[], T], *, limit: int = 1 << 20) -> list[T] | None:
         count = self.int32()
@@ -116,32 +122,61 @@ class Reader:
     def tagged_fields(self) -> None:
         for _ in range(self.uvarint()):
             self.uvarint()  # tag
-            self._take(self.uvarint(), "tagged field")
+            self.take(self.uvarint(), "tagged field")
 
     @property
     def remaining(self) -> int:
         return len(self.data) - self.pos
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``size`` bytes of an open segment file from ``position``, sent as they are (with
+    ``sendfile`` when the connection allows it). The file stays open until the response is
+    sent: a segment deleted meanwhile is still readable through it."""
+
+    file: BinaryIO
+    position: int
+    size: int
+
+    def read(self) -> bytes:
+        data = os.pread(self.file.fileno(), self.size, self.position)
+        if len(data) != self.size:
+            raise OSError(f"{self.file.name}: short read at {self.position}")
+        return data
+
+
 class Writer:
+    """Builds a message from parts: bytes, and file regions that are sent without copying."""
+
     def __init__(self) -> None:
-        self.parts: list[bytes] = []
+        self.parts: list[bytes | FileRegion] = []
+        self.size = 0
+
+    def raw(self, data: bytes) -> Writer:
+        self.parts.append(data)
+        self.size += len(data)
+        return self
+
+    def extend(self, other: Writer) -> Writer:
+        self.parts.extend(other.parts)
+        self.size += other.size
+        return self
 
     def int8(self, value: int) -> Writer:
-        self.parts.append(_I8.pack(value))
-        return self
+        return self.raw(_I8.pack(value))
 
     def int16(self, value: int) -> Writer:
-        self.parts.append(_I16.pack(value))
-        return self
+        return self.raw(_I16.pack(value))
 
     def int32(self, value: int) -> Writer:
-        self.parts.append(_I32.pack(value))
-        return self
+        return self.raw(_I32.pack(value))
 
     def int64(self, value: int) -> Writer:
-        self.parts.append(_I64.pack(value))
-        return self
+        return self.raw(_I64.pack(value))
+
+    def float64(self, value: float) -> Writer:
+        return self.raw(_F64.pack(value))
 
     def boolean(self, value: bool) -> Writer:
         return self.int8(1 if value else 0)
@@ -152,38 +187,36 @@ class Writer:
             out.append((value & 0x7F) | 0x80)
             value >>= 7
         out.append(value)
-        self.parts.append(bytes(out))
-        return self
+        return self.raw(bytes(out))
 
     def nullable_string(self, value: str | None) -> Writer:
         if value is None:
             return self.int16(-1)
         encoded = value.encode("utf-8")
-        self.int16(len(encoded))
-        self.parts.append(encoded)
-        return self
+        return self.int16(len(encoded)).raw(encoded)
 
     def compact_nullable_string(self, value: str | None) -> Writer:
         if value is None:
             return self.uvarint(0)
         encoded = value.encode("utf-8")
-        self.uvarint(len(encoded) + 1)
-        self.parts.append(encoded)
-        return self
+        return self.uvarint(len(encoded) + 1).raw(encoded)
 
-    def nullable_bytes(self, value: bytes | None) -> Writer:
+    def _blob(self, value: bytes | FileRegion) -> Writer:
+        if isinstance(value, FileRegion):
+            self.parts.append(value)
+            self.size += value.size
+            return self
+        return self.raw(bytes(value))
+
+    def nullable_bytes(self, value: bytes | FileRegion | None) -> Writer:
         if value is None:
             return self.int32(-1)
-        self.int32(len(value))
-        self.parts.append(bytes(value))
-        return self
+        return self.int32(_blob_size(value))._blob(value)
 
-    def compact_nullable_bytes(self, value: bytes | None) -> Writer:
+    def compact_nullable_bytes(self, value: bytes | FileRegion | None) -> Writer:
         if value is None:
             return self.uvarint(0)
-        self.uvarint(len(value) + 1)
-        self.parts.append(bytes(value))
-        return self
+        return self.uvarint(_blob_size(value) + 1)._blob(value)
 
     def array_length(self, count: int | None, *, compact: bool = False) -> Writer:
         if compact:
@@ -194,7 +227,11 @@ class Writer:
         return self.uvarint(0)
 
     def bytes(self) -> bytes:
-        return b"".join(self.parts)
+        return b"".join(p.read() if isinstance(p, FileRegion) else p for p in self.parts)
+
+
+def _blob_size(value: bytes | FileRegion) -> int:
+    return value.size if isinstance(value, FileRegion) else len(value)
 
 
 def frame(payload: bytes) -> bytes:

@@ -153,7 +153,7 @@ def test_garbage_frames_do_not_stop_a_good_client(served: Served) -> None:
     assert served.request("GET", "/healthz")[0] == 200
     metrics = served.metrics()
     assert metrics["logkeeper_kafka_malformed_requests_total"] >= 10
-    assert metrics["logkeeper_kafka_requests_total{api=PRODUCE,version=8}"] >= 1
+    assert metrics["logkeeper_kafka_requests_total{api=Produce,version=9}"] >= 1
     assert metrics["logkeeper_kafka_received_bytes_total"] > 0
     time.sleep(0.1)
     assert "Malformed Kafka request" in served.log_text() or "refused" in served.log_text()

@@ -1,0 +1,592 @@
+"""Consumer groups: the classic group protocol and committed offsets.
+
+The worker is the coordinator of every group (FindCoordinator names it). Members join, the
+coordinator picks a leader and a protocol, the leader computes the assignment and hands it over
+in SyncGroup, everyone heartbeats; a join, a leave or a member whose session expired starts a
+new generation. States and errors follow Kafka's ``GroupCoordinator``:
+
+    Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance
+    CompletingRebalance --leader's SyncGroup--> Stable --join, leave, expiry--> PreparingRebalance
+
+Committed offsets are records of the compacted internal topic ``__consumer_offsets`` (Kafka's
+key v1 / value v3 layout, partition ``abs(hashCode(group)) % partitions``), appended through
+storagecore like any record and cleaned by the worker's own cleaner; the latest value of each
+(group, topic, partition) key is the committed offset. At start the coordinator reads the topic
+back into memory. Group membership itself is not persisted: after a restart the members rejoin.
+
+Everything here runs on the listener's event loop (one thread): no locks. Appends run in a
+worker thread through the ``append`` callable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from storagecore.config import TopicPartition
+from storagecore.records.batch import NewRecord, build_batch, iter_complete_batches
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+
+# Kafka error codes used here.
+NONE: Final = 0
+COORDINATOR_NOT_AVAILABLE: Final = 15
+ILLEGAL_GENERATION: Final = 22
+INCONSISTENT_GROUP_PROTOCOL: Final = 23
+UNKNOWN_MEMBER_ID: Final = 25
+INVALID_SESSION_TIMEOUT: Final = 26
+REBALANCE_IN_PROGRESS: Final = 27
+UNKNOWN_TOPIC_OR_PARTITION: Final = 3
+INVALID_GROUP_ID: Final = 24
+GROUP_ID_NOT_FOUND: Final = 69
+
+SESSION_TIMEOUT_MS_MIN: Final = 1_000
+SESSION_TIMEOUT_MS_MAX: Final = 1_800_000
+
+_KEY_V1: Final = 1
+_VALUE_V3: Final = 3
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return _I16.pack(len(data)) + data
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return _I16.pack(_KEY_V1) + _string(group) + _string(topic) + _I32.pack(partition)
+
+
+def offset_value(offset: int, leader_epoch: int, metadata: str, commit_ms: int) -> bytes:
+    return (
+        _I16.pack(_VALUE_V3)
+        + _I64.pack(offset)
+        + _I32.pack(leader_epoch)
+        + _string(metadata)
+        + _I64.pack(commit_ms)
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_ms: int
+
+
+class _Cursor:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, fmt: struct.Struct) -> int:
+        (value,) = fmt.unpack_from(self.data, self.pos)
+        self.pos += fmt.size
+        return int(value)
+
+    def string(self) -> str:
+        size = self.take(_I16)
+        if size < 0:
+            return ""
+        text = self.data[self.pos : self.pos + size].decode("utf-8")
+        self.pos += size
+        return text
+
+
+def parse_offset_record(
+    key: bytes, value: bytes | None
+) -> tuple[tuple[str, str, int], CommittedOffset | None] | None:
+    """((group, topic, partition), offset or None for a tombstone); None for a record that
+    is not an offset commit (group metadata, key v2). Raises ValueError/struct.error on
+    malformed bytes."""
+    cursor = _Cursor(key)
+    version = cursor.take(_I16)
+    if version not in (0, 1):
+        return None
+    ident = (cursor.string(), cursor.string(), cursor.take(_I32))
+    if value is None:
+        return ident, None
+    cursor = _Cursor(value)
+    version = cursor.take(_I16)
+    offset = cursor.take(_I64)
+    epoch = cursor.take(_I32) if version >= 3 else -1
+    metadata = cursor.string()
+    commit_ms = cursor.take(_I64)
+    return ident, CommittedOffset(offset, epoch, metadata, commit_ms)
+
+
+@dataclasses.dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_heartbeat: float = 0.0
+    assignment: bytes = b""
+    join: asyncio.Future[dict[str, Any]] | None = None
+    sync: asyncio.Future[dict[str, Any]] | None = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        return next(meta for name, meta in self.protocols if name == protocol)
+
+
+@dataclasses.dataclass
+class Group:
+    group_id: str
+    state: str = "Empty"
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = dataclasses.field(default_factory=dict)
+    join_deadline: asyncio.TimerHandle | None = None
+
+
+class GroupCoordinator:
+    """Groups and committed offsets of one worker."""
+
+    def __init__(
+        self,
+        append: Callable[[TopicPartition, bytes], Awaitable[Any]],
+        offsets_partitions: int,
+        *,
+        initial_rebalance_delay_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.append = append
+        self.offsets_partitions = offsets_partitions
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        self.rebalances = 0
+
+    # -- committed offsets -------------------------------------------------------------------
+    def load(self, records: bytes, tp: TopicPartition) -> int:
+        """Apply the batches of one read of ``__consumer_offsets`` (in offset order);
+        returns the number of records applied. A record that does not parse is skipped and
+        logged with its offset."""
+        applied = 0
+        for _position, batch in iter_complete_batches(records):
+            if batch.is_control:
+                continue
+            for record in batch.records():
+                if record.key is None:
+                    continue
+                try:
+                    parsed = parse_offset_record(record.key, record.value)
+                except (ValueError, struct.error, UnicodeDecodeError) as exc:
+                    logger.warning(
+                        "%s offset %d: not an offset commit record, skipped: %s",
+                        tp,
+                        record.offset,
+                        exc,
+                    )
+                    continue
+                if parsed is None:
+                    continue
+                (group, topic, partition), committed = parsed
+                group_offsets = self.offsets.setdefault(group, {})
+                if committed is None:
+                    group_offsets.pop((topic, partition), None)
+                else:
+                    group_offsets[(topic, partition)] = committed
+                applied += 1
+        return applied
+
+    async def commit(
+        self, data: dict[str, Any], served: dict[str, int], now_ms: int
+    ) -> dict[str, Any]:
+        group_id = data["group_id"]
+        generation = data["generation_id_or_member_epoch"]
+        member_id = data["member_id"]
+        group = self.groups.get(group_id)
+        error = NONE
+        if not group_id:
+            error = INVALID_GROUP_ID
+        elif group is not None and group.members and generation >= 0:
+            # A member's commit must belong to the current generation; a simple consumer
+            # (generation -1, assign()) may commit while the group has no members.
+            if member_id not in group.members:
+                error = UNKNOWN_MEMBER_ID
+            elif generation != group.generation:
+                error = ILLEGAL_GENERATION
+            elif group.state == "PreparingRebalance":
+                error = REBALANCE_IN_PROGRESS
+        elif group is not None and group.members and generation < 0:
+            error = UNKNOWN_MEMBER_ID
+        records: list[NewRecord] = []
+        answers: list[dict[str, Any]] = []
+        for topic in data["topics"]:
+            parts = []
+            for partition in topic["partitions"]:
+                code = error
+                index = partition["partition_index"]
+                if code == NONE and not 0 <= index < served.get(topic["name"], 0):
+                    code = UNKNOWN_TOPIC_OR_PARTITION
+                if code == NONE:
+                    records.append(
+                        NewRecord(
+                            offset_key(group_id, topic["name"], index),
+                            offset_value(
+                                partition["committed_offset"],
+                                partition["committed_leader_epoch"],
+                                partition["committed_metadata"] or "",
+                                now_ms,
+                            ),
+                            now_ms,
+                        )
+                    )
+                parts.append({"partition_index": index, "error_code": code, "_topic": topic})
+            answers.append({"name": topic["name"], "partitions": parts})
+        if records:
+            tp = TopicPartition(OFFSETS_TOPIC, offsets_partition(group_id, self.offsets_partitions))
+            try:
+                await self.append(tp, build_batch(records))
+            except Exception:
+                logger.exception("Cannot store the offsets of group %s in %s", group_id, tp)
+                for topic_answer in answers:
+                    for part in topic_answer["partitions"]:
+                        if part["error_code"] == NONE:
+                            part["error_code"] = COORDINATOR_NOT_AVAILABLE
+            else:
+                group_offsets = self.offsets.setdefault(group_id, {})
+                for topic in data["topics"]:
+                    for partition in topic["partitions"]:
+                        key = (topic["name"], partition["partition_index"])
+                        if key[1] < served.get(key[0], 0):
+                            group_offsets[key] = CommittedOffset(
+                                partition["committed_offset"],
+                                partition["committed_leader_epoch"],
+                                partition["committed_metadata"] or "",
+                                now_ms,
+                            )
+        for topic_answer in answers:
+            for part in topic_answer["partitions"]:
+                del part["_topic"]
+        return {"topics": answers}
+
+    def fetch_offsets(self, data: dict[str, Any]) -> dict[str, Any]:
+        group_offsets = self.offsets.get(data["group_id"], {})
+        wanted = data["topics"]
+        if wanted is None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(group_offsets):
+                by_topic.setdefault(topic, []).append(partition)
+            wanted = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
+        topics = []
+        for topic in wanted:
+            parts = []
+            for index in topic["partition_indexes"]:
+                found = group_offsets.get((topic["name"], index))
+                parts.append(
+                    {
+                        "partition_index": index,
+                        "committed_offset": found.offset if found else -1,
+                        "committed_leader_epoch": found.leader_epoch if found else -1,
+                        "metadata": found.metadata if found else "",
+                        "error_code": NONE,
+                    }
+                )
+            topics.append({"name": topic["name"], "partitions": parts})
+        return {"topics": topics, "error_code": NONE}
+
+    # -- membership --------------------------------------------------------------------------
+    async def join(self, data: dict[str, Any], client_id: str) -> dict[str, Any]:
+        group_id = data["group_id"]
+        session_ms = data["session_timeout_ms"]
+        protocols = [(p["name"], p["metadata"]) for p in data["protocols"]]
+        if not group_id:
+            return {"error_code": INVALID_GROUP_ID}
+        if not SESSION_TIMEOUT_MS_MIN <= session_ms <= SESSION_TIMEOUT_MS_MAX:
+            return {"error_code": INVALID_SESSION_TIMEOUT}
+        group = self.groups.setdefault(group_id, Group(group_id))
+        if not protocols or (
+            group.members
+            and (
+                data["protocol_type"] != group.protocol_type
+                or not self._common_protocols(group, protocols)
+            )
+        ):
+            return {"error_code": INCONSISTENT_GROUP_PROTOCOL}
+        member_id = data["member_id"]
+        if member_id and member_id not in group.members:
+            return {"error_code": UNKNOWN_MEMBER_ID, "member_id": member_id}
+        rebalance_ms = data["rebalance_timeout_ms"]
+        if rebalance_ms < 0:
+            rebalance_ms = session_ms
+        loop = asyncio.get_running_loop()
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            member = Member(
+                member_id,
+                data["group_instance_id"],
+                client_id,
+                session_ms,
+                rebalance_ms,
+                data["protocol_type"],
+                protocols,
+            )
+            group.members[member_id] = member
+            changed = True
+        else:
+            member = group.members[member_id]
+            changed = member.protocols != protocols or member_id == group.leader
+            member.protocols = protocols
+            member.session_timeout_ms, member.rebalance_timeout_ms = session_ms, rebalance_ms
+        member.last_heartbeat = self.clock()
+        if member.join is not None and not member.join.done():
+            member.join.set_result({"error_code": UNKNOWN_MEMBER_ID, "member_id": member_id})
+        member.join = loop.create_future()
+        if group.protocol_type is None or not group.members.keys() - {member_id}:
+            group.protocol_type = data["protocol_type"]
+        if (group.state == "Stable" and not changed) or (
+            group.state == "CompletingRebalance" and not changed
+        ):
+            member.join.set_result(self._join_answer(group, member))
+        else:
+            self._prepare_rebalance(group, f"member {member_id} joined")
+            self._maybe_complete_join(group)
+        return await member.join
+
+    def _common_protocols(self, group: Group, protocols: list[tuple[str, bytes]]) -> set[str]:
+        names = {name for name, _ in protocols}
+        for member in group.members.values():
+            names &= {name for name, _ in member.protocols}
+        return names
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state == "PreparingRebalance":
+            return
+        logger.info(
+            "Group %s rebalancing (generation %d): %s", group.group_id, group.generation, reason
+        )
+        for member in group.members.values():
+            if member.sync is not None and not member.sync.done():
+                member.sync.set_result({"error_code": REBALANCE_IN_PROGRESS})
+        group.state = "PreparingRebalance"
+        loop = asyncio.get_running_loop()
+        if group.join_deadline is not None:
+            group.join_deadline.cancel()
+        timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        if group.generation == 0:
+            timeout_ms = min(timeout_ms, self.initial_rebalance_delay_ms) or timeout_ms
+        group.join_deadline = loop.call_later(timeout_ms / 1000, self._complete_join, group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state != "PreparingRebalance":
+            return
+        if group.generation == 0 and self.initial_rebalance_delay_ms > 0:
+            return  # the first generation waits for the delay: others may be joining too
+        if all(m.join is not None and not m.join.done() for m in group.members.values()):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        if group.state != "PreparingRebalance":
+            return
+        if group.join_deadline is not None:
+            group.join_deadline.cancel()
+            group.join_deadline = None
+        for member_id in [
+            m.member_id for m in group.members.values() if m.join is None or m.join.done()
+        ]:
+            logger.info("Group %s: member %s did not rejoin in time", group.group_id, member_id)
+            self._remove(group, member_id)
+        group.generation += 1
+        self.rebalances += 1
+        if not group.members:
+            group.state, group.protocol, group.leader, group.protocol_type = (
+                "Empty",
+                None,
+                None,
+                None,
+            )
+            return
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        leader = group.members[group.leader]
+        common = self._common_protocols(group, leader.protocols)
+        group.protocol = next(name for name, _ in leader.protocols if name in common)
+        group.state = "CompletingRebalance"
+        for member in group.members.values():
+            member.assignment = b""
+            assert member.join is not None
+            member.join.set_result(self._join_answer(group, member))
+        logger.info(
+            "Group %s generation %d: %d members, protocol %s, leader %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol,
+            group.leader,
+        )
+
+    def _join_answer(self, group: Group, member: Member) -> dict[str, Any]:
+        assert group.protocol is not None
+        is_leader = member.member_id == group.leader
+        return {
+            "error_code": NONE,
+            "generation_id": group.generation,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol,
+            "leader": group.leader,
+            "member_id": member.member_id,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.instance_id,
+                    "metadata": m.metadata_for(group.protocol),
+                }
+                for m in group.members.values()
+            ]
+            if is_leader
+            else [],
+        }
+
+    def _member(
+        self, group_id: str, member_id: str, generation: int
+    ) -> tuple[Group | None, Member | None, int]:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return group, None, UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return group, member, ILLEGAL_GENERATION
+        return group, member, NONE
+
+    async def sync(self, data: dict[str, Any]) -> dict[str, Any]:
+        group, member, error = self._member(
+            data["group_id"], data["member_id"], data["generation_id"]
+        )
+        if error != NONE:
+            return {"error_code": error}
+        assert group is not None and member is not None
+        member.last_heartbeat = self.clock()
+        answer = {"protocol_type": group.protocol_type, "protocol_name": group.protocol}
+        if group.state == "PreparingRebalance":
+            return {"error_code": REBALANCE_IN_PROGRESS}
+        if group.state == "Stable":
+            return {**answer, "error_code": NONE, "assignment": member.assignment}
+        member.sync = asyncio.get_running_loop().create_future()
+        if member.member_id == group.leader:
+            assignments = {a["member_id"]: a["assignment"] for a in data["assignments"]}
+            group.state = "Stable"
+            for each in group.members.values():
+                each.assignment = assignments.get(each.member_id, b"")
+                if each.sync is not None and not each.sync.done():
+                    each.sync.set_result(
+                        {**answer, "error_code": NONE, "assignment": each.assignment}
+                    )
+        return await member.sync
+
+    def heartbeat(self, data: dict[str, Any]) -> dict[str, Any]:
+        group, member, error = self._member(
+            data["group_id"], data["member_id"], data["generation_id"]
+        )
+        if member is not None:
+            member.last_heartbeat = self.clock()
+        if error == NONE and group is not None and group.state == "PreparingRebalance":
+            error = REBALANCE_IN_PROGRESS
+        return {"error_code": error}
+
+    def leave(self, data: dict[str, Any], version: int) -> dict[str, Any]:
+        group = self.groups.get(data["group_id"])
+        leaving = (
+            [{"member_id": data["member_id"], "group_instance_id": None}]
+            if version < 3
+            else data["members"]
+        )
+        answers = []
+        for item in leaving:
+            member_id = item["member_id"]
+            if group is None or member_id not in group.members:
+                code = UNKNOWN_MEMBER_ID
+            else:
+                code = NONE
+                self._remove(group, member_id)
+                logger.info("Group %s: member %s left", group.group_id, member_id)
+            answers.append({**item, "error_code": code})
+        if group is not None and any(a["error_code"] == NONE for a in answers):
+            self._after_removal(group, "a member left")
+        top = answers[0]["error_code"] if version < 3 and answers else NONE
+        return {"error_code": top, "members": answers}
+
+    @staticmethod
+    def _empty(group: Group) -> None:
+        group.state, group.leader, group.protocol, group.protocol_type = "Empty", None, None, None
+
+    def _remove(self, group: Group, member_id: str) -> None:
+        member = group.members.pop(member_id)
+        for future in (member.join, member.sync):
+            if future is not None and not future.done():
+                future.set_result({"error_code": UNKNOWN_MEMBER_ID, "member_id": member_id})
+
+    def _after_removal(self, group: Group, reason: str) -> None:
+        if not group.members:
+            if group.join_deadline is not None:
+                group.join_deadline.cancel()
+                group.join_deadline = None
+            self._empty(group)
+            group.generation += 1
+            return
+        if group.state == "PreparingRebalance":
+            self._maybe_complete_join(group)
+        else:
+            self._prepare_rebalance(group, reason)
+
+    def expire_sessions(self) -> None:
+        """Remove members whose session timed out (called periodically)."""
+        now = self.clock()
+        for group in list(self.groups.values()):
+            expired = [
+                m.member_id
+                for m in group.members.values()
+                if (m.join is None or m.join.done())
+                and (m.sync is None or m.sync.done())
+                and now - m.last_heartbeat > m.session_timeout_ms / 1000
+            ]
+            for member_id in expired:
+                logger.info("Group %s: member %s session expired", group.group_id, member_id)
+                self._remove(group, member_id)
+            if expired:
+                self._after_removal(group, "a member's session expired")
+
+    def describe(self) -> dict[str, Any]:
+        """Groups for the status page."""
+        return {
+            group.group_id: {
+                "state": group.state,
+                "generation": group.generation,
+                "protocol": group.protocol,
+                "members": len(group.members),
+            }
+            for group in self.groups.values()
+        }
