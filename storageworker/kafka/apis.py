@@ -300,7 +300,11 @@ async def fetch(
 
     min_bytes = max(data["min_bytes"], 1)
     total = await run(read_all)
-    while total < min_bytes and time.monotonic() < deadline:
+
+    def failed() -> bool:  # an error answers at once, as Kafka's DelayedFetch does
+        return any(error != ErrorCode.NONE for error, _result in results)
+
+    while total < min_bytes and not failed() and time.monotonic() < deadline:
         remaining = max(deadline - time.monotonic(), 0)
         if wake is not None:
             wake.clear()
@@ -316,7 +320,8 @@ async def fetch(
         if partitions is None:
             partitions = by_topic[name] = []
             responses.append({"topic": name, "partitions": partitions})
-        records: bytes | FileRegion | None = result.records if result is not None else None
+        # Kafka sends empty records, never null, with an error (librdkafka refuses null).
+        records: bytes | FileRegion = result.records if result is not None else b""
         partitions.append(
             {
                 "partition_index": index,
