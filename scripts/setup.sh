@@ -18,3 +18,13 @@ fi
 if [[ ",${extras}," == *",dev,"* ]] && [ ! -x .venv/bin/helm ]; then
   .venv/bin/python scripts/install_helm.py .venv/bin/helm >&2
 fi
+# kcat (Debian's librdkafka command-line client) for the Kafka port tests (dev only).
+if [[ ",${extras}," == *",dev,"* ]] && ! command -v kcat >/dev/null 2>&1; then
+  sudo_=""
+  if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo_="sudo -n"; fi
+  if ! $sudo_ apt-get install -y -q kcat >/dev/null 2>&1; then
+    $sudo_ apt-get update -q >/dev/null 2>&1 || true
+    $sudo_ apt-get install -y -q kcat >/dev/null 2>&1 \
+      || echo "setup: could not install kcat (apt-get); its tests will be skipped" >&2
+  fi
+fi
