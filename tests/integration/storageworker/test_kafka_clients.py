@@ -7,6 +7,7 @@ exactly what the test means (duplicates, acks=0, corrupt CRCs, oversize batches)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -154,10 +155,9 @@ def test_two_members_split_the_partitions_and_consume_everything_once(served: Se
             message = member.poll(0.1)
             if message is not None and not message.error():
                 seen[(message.partition(), message.offset())] = index
-                try:
+                # A commit during a rebalance fails: the partition's next owner reads on.
+                with contextlib.suppress(KafkaException):
                     member.commit(message=message, asynchronous=False)
-                except KafkaException:
-                    pass  # a rebalance started: the next owner may read it again
     for member in members:
         member.close()
     assert len(seen) == 200
@@ -384,10 +384,8 @@ def test_random_and_truncated_frames_while_a_client_keeps_working(served: Served
                         sock.sendall(bytes(frame))
                     sent[0] += 1
                     sock.settimeout(0.2)
-                    try:
+                    with contextlib.suppress(TimeoutError, ConnectionError):
                         sock.recv(4096)
-                    except (TimeoutError, ConnectionError):
-                        pass
             except BaseException as exc:  # the worker must keep accepting connections
                 failures.append(exc)
                 return
@@ -483,3 +481,155 @@ def test_kcat_produces_and_consumes(served: Served, codec: str) -> None:
         timeout=90,
     ).stdout.decode()
     assert sorted(grouped.split()) == sorted(f"value-{i}" for i in range(50))
+
+
+# -- security and timeouts ---------------------------------------------------------------------
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+def test_sasl_over_tls_with_every_mechanism(root: Path) -> None:
+    cert, key = self_signed(root)
+    users = root / "users.yaml"
+    users.write_text("alice: wonderland\nbob: builder\n", encoding="utf-8")
+    server = start(
+        root,
+        "--kafka-tls-cert",
+        str(cert),
+        "--kafka-tls-key",
+        str(key),
+        "--kafka-sasl-users",
+        str(users),
+    )
+    try:
+        for n, mechanism in enumerate(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")):
+            secure = {
+                "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(cert),
+                "sasl.mechanism": mechanism,
+                "sasl.username": "alice",
+                "sasl.password": "wonderland",
+            }
+            fill(server.kafka_address, "small", 5, **secure)
+            consumer = Consumer(
+                {"bootstrap.servers": server.kafka_address, "group.id": f"tls{n}", **secure}
+            )
+            consumer.assign([Partition("small", 0, 5 * n)])
+            assert [m.value() for m in poll_values(consumer, 5)] == [b"v%d" % i for i in range(5)]
+            consumer.close()
+            wrong = Producer(
+                {
+                    "bootstrap.servers": server.kafka_address,
+                    **secure,
+                    "sasl.password": "nope",
+                    "message.timeout.ms": 3000,
+                    "log_level": 0,
+                }
+            )
+            refused: list[Any] = []
+            wrong.produce("small", value=b"x", on_delivery=lambda e, _m, r=refused: r.append(e))
+            wrong.flush(10)
+            del wrong
+            assert refused and refused[0] is not None
+        assert server.partition("small-0")["logEndOffset"] == 15
+        metrics = server.metrics()
+        assert metrics["logkeeper_kafka_failed_authentications_total"] >= 3
+        # Without TLS the port does not speak to a plaintext client at all.
+        with (
+            pytest.raises((ConnectionError, OSError, struct.error)),
+            RawClient(server.kafka_address, timeout_s=3) as client,
+        ):
+            client.call(18, 0, {})
+        assert "authenticated as alice" in server.log_text()
+    finally:
+        assert server.terminate() == 0
+
+
+def test_sasl_without_tls_and_requests_before_authentication(root: Path) -> None:
+    users = root / "users.yaml"
+    users.write_text("alice: wonderland\n", encoding="utf-8")
+    server = start(root, "--kafka-sasl-users", str(users))
+    try:
+        fill(
+            server.kafka_address,
+            "small",
+            3,
+            **{
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "alice",
+                "sasl.password": "wonderland",
+            },
+        )
+        with RawClient(server.kafka_address) as client:
+            assert client.call(18, 3, {})["error_code"] == 0  # allowed before authentication
+            client.send(3, 12, {"topics": None})  # Metadata before authentication: closed
+            with pytest.raises(ConnectionError):
+                client.receive(3, 12)
+        time.sleep(0.2)
+        assert "before SASL authentication" in server.log_text()
+    finally:
+        assert server.terminate() == 0
+
+
+def test_plaintext_off_loopback_needs_an_explicit_choice(root: Path) -> None:
+    refused = subprocess.run(
+        [
+            str(Path(os.sys.executable).parent / "logkeeper"),
+            "serve",
+            "--data-dir",
+            str(root / "data"),
+            "--topics",
+            str(root / "topics"),
+            "--http-port",
+            "0",
+            "--kafka-port",
+            "0",
+            "--kafka-host",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert b"not a loopback address" in refused.stderr
+
+
+def test_a_stalled_request_is_timed_out_and_others_are_served(root: Path) -> None:
+    server = start(root, "--kafka-request-timeout-ms", "500")
+    try:
+        host, port = server.kafka_address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as stalled:
+            stalled.sendall(struct.pack(">i", 100) + b"\x00\x03")  # 2 of 100 bytes, then nothing
+            fill(server.kafka_address, "small", 2)  # another client is served meanwhile
+            stalled.settimeout(5)
+            assert stalled.recv(10) == b""  # closed by the worker
+        assert server.metrics()["logkeeper_kafka_timed_out_connections_total"] == 1
+    finally:
+        assert server.terminate() == 0
