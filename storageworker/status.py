@@ -44,6 +44,7 @@ def partition_status(
     entry: dict[str, Any] = {
         "topic": tp.topic,
         "partition": tp.partition,
+        "internal": tp.topic in worker.internal_topics,
         "dir": str(log.parent_dir),
         "offline": log.offline,
         "logStartOffset": log.log_start_offset,
@@ -111,6 +112,7 @@ def volume_status(worker: Worker) -> dict[str, Any]:
         },
         "compactionWindowOpen": settings.compaction_windows.is_open(now),
         "topics": sorted(worker.topics),
+        "internalTopics": sorted(worker.internal_topics),
         "orphanedLogs": list(worker.orphans),
         "undeclaredPartitions": list(worker.extra_partitions),
         "dirs": [],

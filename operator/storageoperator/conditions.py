@@ -237,7 +237,9 @@ def _pause_conditions(
 def volume_figures(worker: Mapping[str, Any] | None) -> dict[str, Any]:
     if worker is None:
         return {}
-    partitions = worker.get("partitions") or []
+    # The worker's own topics (the Kafka port's __consumer_offsets) are not the user's.
+    internal = set(worker.get("internalTopics") or ())
+    partitions = [p for p in worker.get("partitions") or [] if not p.get("internal")]
     ratios = [p["dirtyRatio"] for p in partitions if p.get("dirtyRatio") is not None]
     free: list[int] = [
         int((d.get("disk") or {})["freeBytes"])
@@ -245,7 +247,7 @@ def volume_figures(worker: Mapping[str, Any] | None) -> dict[str, Any]:
         if (d.get("disk") or {}).get("freeBytes") is not None
     ]
     return {
-        "topics": len(worker.get("topics") or ()),
+        "topics": len(set(worker.get("topics") or ()) - internal),
         "partitions": len(partitions),
         "sizeBytes": sum(int(p.get("sizeBytes") or 0) for p in partitions),
         "maxDirtyRatio": max(ratios) if ratios else None,

@@ -155,6 +155,22 @@ def stateful_set(volume: Mapping[str, Any], image: str) -> Manifest:
             "0.0.0.0",
             "--http-port",
             str(HTTP_PORT),
+            "--kafka-host",
+            "0.0.0.0",
+            "--kafka-port",
+            str(KAFKA_PORT),
+            # Clients reach the worker through its Service (one pod per volume).
+            "--kafka-advertised-host",
+            f"{child_name(name)}.$(POD_NAMESPACE).svc",
+            # In-cluster plaintext, as Kafka's default listener; TLS and SASL are flags of
+            # ``logkeeper serve`` not yet exposed in the StorageVolume spec.
+            "--kafka-allow-plaintext",
+        ],
+        "env": [
+            {
+                "name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            }
         ],
         "ports": [
             {"name": "kafka", "containerPort": KAFKA_PORT, "protocol": "TCP"},

@@ -164,6 +164,23 @@ def test_volume_and_topics_reach_ready_and_follow_changes(env: Env) -> None:
     volume_status = env.get("storagevolumes", "demo-volume")["status"]
     assert volume_status["partitions"] == 6 and volume_status["topics"] == 3
 
+    # The worker's kafka port, as the operator configured it, serves a real client.
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as Partition
+
+    pod = env.kubelet.pods[(NS, "lk-demo-volume-0")]
+    producer = Producer({"bootstrap.servers": f"{pod.ip}:9092"})
+    producer.produce("orders", key=b"o-1", value=b"placed", partition=2)
+    assert producer.flush(20) == 0
+    consumer = Consumer({"bootstrap.servers": f"{pod.ip}:9092", "group.id": "e2e"})
+    consumer.assign([Partition("orders", 2, 0)])
+    message = None
+    deadline = time.monotonic() + 20
+    while (message is None or message.error()) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+    consumer.close()
+    assert message is not None and (message.key(), message.value()) == (b"o-1", b"placed")
+
     # A config change reaches the worker: more partitions.
     env.custom.patch_namespaced_custom_object(
         GROUP, VERSION, NS, "topics", "orders", {"spec": {"partitions": 4}}

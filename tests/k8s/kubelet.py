@@ -110,12 +110,27 @@ class FakeKubelet:
         for volume in template.spec.volumes or ():
             if volume.config_map is not None and volume.name in mounts:
                 paths[mounts[volume.name]] = str(config_dir)
+        # Kubernetes expands $(VAR) in args from the container's env (fieldRef: namespace).
+        env = {
+            e.name: namespace
+            for e in container.env or ()
+            if e.value_from is not None
+            and e.value_from.field_ref is not None
+            and e.value_from.field_ref.field_path == "metadata.namespace"
+        }
         args = list(container.args or [])
         for index, arg in enumerate(args):
+            for var, value in env.items():
+                arg = args[index] = arg.replace(f"$({var})", value)
             for mount, local in paths.items():
                 if arg == mount or arg.startswith(mount + "/"):
                     args[index] = local + arg[len(mount) :]
-            if index > 0 and args[index - 1] == "--http-host":
+            # The pod's addresses are its loopback IP here (no cluster DNS).
+            if index > 0 and args[index - 1] in (
+                "--http-host",
+                "--kafka-host",
+                "--kafka-advertised-host",
+            ):
                 args[index] = ip
         pod = RunningPod(namespace, pod_name, ip, None, config_dir, data_dir, config_maps)  # type: ignore[arg-type]
         self._write_config(pod)

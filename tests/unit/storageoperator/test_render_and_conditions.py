@@ -71,6 +71,12 @@ def test_stateful_set_is_locked_down_and_sized() -> None:
     assert sts["spec"]["replicas"] == 1 and sts["metadata"]["name"] == "lk-v1"
     assert container["image"] == "logkeeper:1.0"
     assert container["args"][:2] == ["serve", "--data-dir"]
+    args = container["args"]
+    flags = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--kafka")}
+    assert flags["--kafka-port"] == "9092" and flags["--kafka-host"] == "0.0.0.0"
+    assert flags["--kafka-advertised-host"] == "lk-v1.$(POD_NAMESPACE).svc"
+    assert "--kafka-allow-plaintext" in args
+    assert container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "kafka": 9092,
         "http": 8080,
@@ -215,6 +221,17 @@ def test_figures_for_topic_and_volume() -> None:
         "uncleanablePartitions": 0,
         "diskFreeBytes": 100,
     }
+    # The worker's own offsets topic is not counted as the user's.
+    with_offsets = {
+        **status,
+        "topics": [*status["topics"], "__consumer_offsets"],
+        "internalTopics": ["__consumer_offsets"],
+        "partitions": [
+            *status["partitions"],
+            {"topic": "__consumer_offsets", "partition": 0, "internal": True, "sizeBytes": 99},
+        ],
+    }
+    assert conditions.volume_figures(with_offsets) == volume
     conds = by_type(conditions.volume_conditions(VOLUME, children_ready=True, worker=status))
     assert conds["Ready"]["status"] == "True" and conds["RetentionPaused"]["status"] == "True"
     broken = {**status, "config": {"topics": {"error": "t.yaml: bad"}}}
