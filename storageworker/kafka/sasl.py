@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import hmac
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -83,8 +83,14 @@ def load_users(path: Path) -> dict[str, User]:
 class Authenticator:
     """One client's authentication exchange for ``mechanism``."""
 
-    def __init__(self, mechanism: str, users: Mapping[str, User]) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        users: Mapping[str, User],
+        server_nonce: Callable[[], str] | None = None,
+    ) -> None:
         assert mechanism in MECHANISMS, mechanism
+        self._server_nonce = server_nonce or (lambda: base64.b64encode(os.urandom(18)).decode())
         self.mechanism = mechanism
         self.users = users
         self.user: str | None = None
@@ -125,7 +131,7 @@ class Authenticator:
         if user is None or not client_nonce:
             raise AuthenticationError("authentication failed: invalid user name or password")
         credential = user.scram[self.mechanism]
-        nonce = client_nonce + base64.b64encode(os.urandom(18)).decode()
+        nonce = client_nonce + self._server_nonce()
         server_first = (
             f"r={nonce},s={base64.b64encode(credential.salt).decode()},i={credential.iterations}"
         )
