@@ -119,9 +119,9 @@ class FakeKubelet:
             and e.value_from.field_ref.field_path == "metadata.namespace"
         }
         args = list(container.args or [])
+        for var, value in env.items():
+            args = [a.replace(f"$({var})", value) for a in args]
         for index, arg in enumerate(args):
-            for var, value in env.items():
-                arg = args[index] = arg.replace(f"$({var})", value)
             for mount, local in paths.items():
                 if arg == mount or arg.startswith(mount + "/"):
                     args[index] = local + arg[len(mount) :]
