@@ -1,7 +1,6 @@
-"""The ``kafka`` port with a real client: kafka-python against a ``logkeeper serve`` process.
-
-What is served so far: ApiVersions, Metadata, Produce, Fetch, ListOffsets (non-idempotent
-producers: InitProducerId and the consumer-group APIs are not served yet).
+"""The ``kafka`` port with real clients, part one: round trips with every codec (kafka-python
+and librdkafka), offsets by time, unknown topics, null keys on compacted topics, garbage frames.
+Groups, idempotence, limits, admin APIs and security: ``test_kafka_clients.py``.
 """
 
 from __future__ import annotations
@@ -161,8 +160,8 @@ def test_garbage_frames_do_not_stop_a_good_client(served: Served) -> None:
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_librdkafka_produce_and_consume(served: Served, codec: str) -> None:
-    """confluent-kafka (librdkafka 2.x): it asks for ApiVersions v3, is told v0-v2, retries,
-    and negotiates the versions above."""
+    """confluent-kafka (librdkafka 2.x) negotiates flexible versions (ApiVersions v3,
+    Metadata 12, Produce 9, Fetch 12) and round-trips keys, values, headers, timestamps."""
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as Partition
 
