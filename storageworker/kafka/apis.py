@@ -53,7 +53,6 @@ from storagecore.errors import (
 from storagecore.log import FetchResult
 from storageworker.kafka import messages
 from storageworker.kafka.producers import SequenceError
-from storageworker.kafka.wire import FileRegion
 
 
 class ErrorCode(enum.IntEnum):
@@ -266,10 +265,13 @@ async def fetch(
     request: Request,
     broker: Broker,
     run: Callable[[Callable[[], Any]], Awaitable[Any]],
-    wake: asyncio.Event | None = None,
+    next_append: Callable[[], asyncio.Event],
 ) -> tuple[dict[str, Any], int]:
-    """The response and the record bytes sent. Waits up to max_wait_ms for min_bytes; an
-    append anywhere sets ``wake``, which re-reads at once instead of at the next poll."""
+    """The response and the record bytes sent. Waits up to max_wait_ms for min_bytes.
+
+    ``next_append()`` is an event set by the next append anywhere on the worker; it is taken
+    *before* each read, so an append that lands between the read and the wait still wakes it.
+    """
     data = request.data
     max_bytes = data["max_bytes"] if data["max_bytes"] > 0 else 1 << 30
     served = broker.partitions()
@@ -299,19 +301,16 @@ async def fetch(
         return total
 
     min_bytes = max(data["min_bytes"], 1)
+    appended = next_append()
     total = await run(read_all)
 
     def failed() -> bool:  # an error answers at once, as Kafka's DelayedFetch does
         return any(error != ErrorCode.NONE for error, _result in results)
 
     while total < min_bytes and not failed() and time.monotonic() < deadline:
-        remaining = max(deadline - time.monotonic(), 0)
-        if wake is not None:
-            wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), min(remaining, 0.5))
-        else:
-            await asyncio.sleep(min(0.02, remaining))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(appended.wait(), max(deadline - time.monotonic(), 0))
+        appended = next_append()
         total = await run(read_all)
     responses: list[dict[str, Any]] = []
     by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -321,7 +320,7 @@ async def fetch(
             partitions = by_topic[name] = []
             responses.append({"topic": name, "partitions": partitions})
         # Kafka sends empty records, never null, with an error (librdkafka refuses null).
-        records: bytes | FileRegion = result.records if result is not None else b""
+        records = result.records if result is not None else b""
         partitions.append(
             {
                 "partition_index": index,
@@ -339,35 +338,14 @@ async def fetch(
 # -- ListOffsets -----------------------------------------------------------------------------
 
 
-def list_offsets(request: Request, broker: Broker) -> dict[str, Any]:
-    served = broker.partitions()
-    topics = []
-    for topic in request.data["topics"]:
-        name = topic["name"]
-        answers = []
-        for partition in topic["partitions"]:
-            index, timestamp = partition["partition_index"], partition["timestamp"]
-            answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.NONE}
-            if not _served(served, name, index):
-                answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif timestamp < MAX_TIMESTAMP or (timestamp == MAX_TIMESTAMP and request.version < 7):
-                answer["error_code"] = ErrorCode.UNSUPPORTED_VERSION
-            else:
-                try:
-                    found_ts, offset = broker.list_offset(TopicPartition(name, index), timestamp)
-                except StorageError as exc:
-                    answer["error_code"] = error_for(exc)
-                else:
-                    answer.update(timestamp=found_ts, offset=offset, leader_epoch=0)
-            answers.append(answer)
-        topics.append({"name": name, "partitions": answers})
-    return {"topics": topics}
-
-
-# -- DeleteRecords ---------------------------------------------------------------------------
-
-
-def delete_records(request: Request, broker: Broker) -> dict[str, Any]:
+def _each_partition(
+    request: Request,
+    broker: Broker,
+    answer: Callable[[TopicPartition, dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any]:
+    """``{"topics": [{"name", "partitions": [...]}]}`` for a request addressed by topic name
+    and ``partition_index``: unknown partitions get UNKNOWN_TOPIC_OR_PARTITION, the others
+    ``answer(tp, partition)`` (a StorageError becomes its Kafka code)."""
     served = broker.partitions()
     topics = []
     for topic in request.data["topics"]:
@@ -375,23 +353,38 @@ def delete_records(request: Request, broker: Broker) -> dict[str, Any]:
         answers = []
         for partition in topic["partitions"]:
             index = partition["partition_index"]
-            answer: dict[str, Any] = {
-                "partition_index": index,
-                "low_watermark": -1,
-                "error_code": ErrorCode.NONE,
-            }
+            out: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.NONE}
             if not _served(served, name, index):
-                answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 try:
-                    answer["low_watermark"] = broker.delete_records(
-                        TopicPartition(name, index), partition["offset"]
-                    )
+                    out.update(answer(TopicPartition(name, index), partition))
                 except StorageError as exc:
-                    answer["error_code"] = error_for(exc)
-            answers.append(answer)
+                    out["error_code"] = error_for(exc)
+            answers.append(out)
         topics.append({"name": name, "partitions": answers})
     return {"topics": topics}
+
+
+def list_offsets(request: Request, broker: Broker) -> dict[str, Any]:
+    def answer(tp: TopicPartition, partition: dict[str, Any]) -> dict[str, Any]:
+        timestamp = partition["timestamp"]
+        if timestamp < MAX_TIMESTAMP or (timestamp == MAX_TIMESTAMP and request.version < 7):
+            return {"error_code": ErrorCode.UNSUPPORTED_VERSION}
+        found_ts, offset = broker.list_offset(tp, timestamp)
+        return {"timestamp": found_ts, "offset": offset, "leader_epoch": 0}
+
+    return _each_partition(request, broker, answer)
+
+
+# -- DeleteRecords ---------------------------------------------------------------------------
+
+
+def delete_records(request: Request, broker: Broker) -> dict[str, Any]:
+    def answer(tp: TopicPartition, partition: dict[str, Any]) -> dict[str, Any]:
+        return {"low_watermark": broker.delete_records(tp, partition["offset"])}
+
+    return _each_partition(request, broker, answer)
 
 
 # -- DescribeConfigs -------------------------------------------------------------------------

@@ -178,12 +178,10 @@ class GroupCoordinator:
         append: Callable[[TopicPartition, bytes], Awaitable[Any]],
         offsets_partitions: int,
         *,
-        initial_rebalance_delay_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.append = append
         self.offsets_partitions = offsets_partitions
-        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.clock = clock
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
@@ -243,31 +241,32 @@ class GroupCoordinator:
                 error = REBALANCE_IN_PROGRESS
         elif group is not None and group.members and generation < 0:
             error = UNKNOWN_MEMBER_ID
-        records: list[NewRecord] = []
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
         answers: list[dict[str, Any]] = []
         for topic in data["topics"]:
             parts = []
             for partition in topic["partitions"]:
-                code = error
-                index = partition["partition_index"]
+                code, index = error, partition["partition_index"]
                 if code == NONE and not 0 <= index < served.get(topic["name"], 0):
                     code = UNKNOWN_TOPIC_OR_PARTITION
                 if code == NONE:
-                    records.append(
-                        NewRecord(
-                            offset_key(group_id, topic["name"], index),
-                            offset_value(
-                                partition["committed_offset"],
-                                partition["committed_leader_epoch"],
-                                partition["committed_metadata"] or "",
-                                now_ms,
-                            ),
-                            now_ms,
-                        )
+                    accepted[(topic["name"], index)] = CommittedOffset(
+                        partition["committed_offset"],
+                        partition["committed_leader_epoch"],
+                        partition["committed_metadata"] or "",
+                        now_ms,
                     )
-                parts.append({"partition_index": index, "error_code": code, "_topic": topic})
+                parts.append({"partition_index": index, "error_code": code})
             answers.append({"name": topic["name"], "partitions": parts})
-        if records:
+        if accepted:
+            records = [
+                NewRecord(
+                    offset_key(group_id, topic, index),
+                    offset_value(c.offset, c.leader_epoch, c.metadata, c.commit_ms),
+                    now_ms,
+                )
+                for (topic, index), c in accepted.items()
+            ]
             tp = TopicPartition(OFFSETS_TOPIC, offsets_partition(group_id, self.offsets_partitions))
             try:
                 await self.append(tp, build_batch(records))
@@ -278,20 +277,7 @@ class GroupCoordinator:
                         if part["error_code"] == NONE:
                             part["error_code"] = COORDINATOR_NOT_AVAILABLE
             else:
-                group_offsets = self.offsets.setdefault(group_id, {})
-                for topic in data["topics"]:
-                    for partition in topic["partitions"]:
-                        key = (topic["name"], partition["partition_index"])
-                        if key[1] < served.get(key[0], 0):
-                            group_offsets[key] = CommittedOffset(
-                                partition["committed_offset"],
-                                partition["committed_leader_epoch"],
-                                partition["committed_metadata"] or "",
-                                now_ms,
-                            )
-        for topic_answer in answers:
-            for part in topic_answer["partitions"]:
-                del part["_topic"]
+                self.offsets.setdefault(group_id, {}).update(accepted)
         return {"topics": answers}
 
     def fetch_offsets(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -397,15 +383,11 @@ class GroupCoordinator:
         if group.join_deadline is not None:
             group.join_deadline.cancel()
         timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-        if group.generation == 0:
-            timeout_ms = min(timeout_ms, self.initial_rebalance_delay_ms) or timeout_ms
         group.join_deadline = loop.call_later(timeout_ms / 1000, self._complete_join, group)
 
     def _maybe_complete_join(self, group: Group) -> None:
         if group.state != "PreparingRebalance":
             return
-        if group.generation == 0 and self.initial_rebalance_delay_ms > 0:
-            return  # the first generation waits for the delay: others may be joining too
         if all(m.join is not None and not m.join.done() for m in group.members.values()):
             self._complete_join(group)
 

@@ -555,7 +555,7 @@ DELETE_RECORDS: Final = message(
                     "[]",
                     fields=[
                         f("partition_index", "int32"),
-                        f("low_watermark", "int64"),
+                        f("low_watermark", "int64", default=-1),  # -1 with an error
                         f("error_code", "int16"),
                     ],
                 ),

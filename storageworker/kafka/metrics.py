@@ -12,7 +12,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from storageworker.kafka.server import LATENCY_BUCKETS_S_ALL, KafkaCounters
+from storageworker.kafka.server import LATENCY_BUCKETS_S, KafkaCounters
 from storageworker.metrics import PREFIX
 
 
@@ -43,7 +43,7 @@ class KafkaCollector(Collector):
         )
         for api, histogram in sorted(counters.latency.items()):
             cumulative, buckets = 0, []
-            for bound, count in zip(LATENCY_BUCKETS_S_ALL, histogram.buckets, strict=True):
+            for bound, count in zip(LATENCY_BUCKETS_S, histogram.buckets, strict=True):
                 cumulative += count
                 buckets.append((repr(bound), cumulative))
             buckets.append(("+Inf", histogram.count))

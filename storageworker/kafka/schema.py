@@ -101,8 +101,6 @@ def f(
     """One field, in the notation of Kafka's message specifications."""
     element = type_[2:] if type_.startswith("[]") else type_
     assert element in PRIMITIVES or (element in ("", "{}") and fields), f"bad type of {name}"
-    if nullable != "none" and default is None and type_ in ("string", "bytes"):
-        default = None
     return Field(
         name,
         type_,

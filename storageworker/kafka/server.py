@@ -44,13 +44,15 @@ from storageworker.kafka.groups import OFFSETS_TOPIC, GroupCoordinator
 from storageworker.kafka.producers import PartitionProducers, ProducerIds
 from storageworker.kafka.sasl import MECHANISMS, AuthenticationError, Authenticator, User
 from storageworker.kafka.schema import decode, encode
-from storageworker.kafka.wire import FileRegion, ProtocolError, Reader, Writer, frame_size
+from storageworker.kafka.wire import ProtocolError, Reader, Writer, frame_size
 from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
 
-LATENCY_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
-LATENCY_BUCKETS_S_ALL: Final = (*LATENCY_BUCKETS_S, 1.0, 2.5, 5.0, 10.0, 30.0)
+LATENCY_BUCKETS_S: Final = (
+    *(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+    *(1.0, 2.5, 5.0, 10.0, 30.0),  # Fetch waits, group joins
+)
 OFFSETS_TOPIC_CONFIG: Final = {
     "cleanup.policy": "compact",
     "segment.bytes": str(100 * 1024 * 1024),
@@ -85,7 +87,6 @@ class ListenerSettings:
     offsets_topic_partitions: int = 10
     """Partitions of ``__consumer_offsets``. Groups map to partitions by hash: never change
     it on a volume that already has the topic."""
-    initial_rebalance_delay_ms: int = 0
 
     def check(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
@@ -129,14 +130,14 @@ def _is_loopback(host: str) -> bool:
 
 @dataclasses.dataclass
 class Histogram:
-    buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S_ALL))
+    buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
     count: int = 0
     total_s: float = 0.0
 
     def observe(self, seconds: float) -> None:
         self.count += 1
         self.total_s += seconds
-        for i, bound in enumerate(LATENCY_BUCKETS_S_ALL):
+        for i, bound in enumerate(LATENCY_BUCKETS_S):
             if seconds <= bound:
                 self.buckets[i] += 1
                 break
@@ -193,7 +194,7 @@ class WorkerBroker:
     def is_internal(self, topic: str) -> bool:
         return topic in self.worker.internal_topics
 
-    def _log(self, tp: TopicPartition) -> Log:
+    def log_of(self, tp: TopicPartition) -> Log:
         manager = self.worker.log_manager
         log = manager.find_log(tp) if manager is not None else None
         if log is None:
@@ -210,7 +211,7 @@ class WorkerBroker:
     def append(self, tp: TopicPartition, records: bytes) -> apis.Appended:
         """Append through the leader path; an idempotent producer's batch is checked against
         the partition's producer state first (:mod:`~storageworker.kafka.producers`)."""
-        log = self._log(tp)
+        log = self.log_of(tp)
         producer_id = (
             _I64.unpack_from(records, layout.PRODUCER_ID_OFFSET)[0]
             if len(records) >= layout.RECORD_BATCH_OVERHEAD
@@ -250,14 +251,14 @@ class WorkerBroker:
         return apis.Appended(info.first_offset, info.log_append_time, info.log_start_offset)
 
     def read(self, tp: TopicPartition, offset: int, max_bytes: int) -> FetchResult:
-        return self._log(tp).read(offset, max_bytes)
+        return self.log_of(tp).read(offset, max_bytes)
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
-        found = self._log(tp).offset_for_timestamp(timestamp)
+        found = self.log_of(tp).offset_for_timestamp(timestamp)
         return (-1, -1) if found is None else (int(found.timestamp), int(found.offset))
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        log = self._log(tp)
+        log = self.log_of(tp)
         if offset == -1:
             offset = log.high_watermark
         if offset > log.high_watermark:
@@ -302,7 +303,8 @@ class KafkaServer:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._wake: asyncio.Event | None = None
+        #: Set by the next append, then replaced (see :func:`apis.fetch`); loop thread only.
+        self._appended: asyncio.Event | None = None
         self._expiry: asyncio.Task[None] | None = None
         self.port = 0
 
@@ -331,7 +333,7 @@ class KafkaServer:
 
     async def _listen(self) -> None:
         settings = self.settings
-        self._wake = asyncio.Event()
+        self._appended = asyncio.Event()
         self._server = await asyncio.start_server(
             self._connection, settings.host, settings.port, limit=1 << 20, ssl=self.ssl
         )
@@ -342,10 +344,9 @@ class KafkaServer:
         broker = WorkerBroker(self.worker, advertised, self.port)
         broker.counters = self.counters
         loop = asyncio.get_running_loop()
-        wake = self._wake
 
-        def on_append() -> None:
-            loop.call_soon_threadsafe(wake.set)
+        def on_append() -> None:  # called from the append's worker thread
+            loop.call_soon_threadsafe(self._notify_append)
 
         broker.on_append = on_append
         self.broker = broker
@@ -353,14 +354,20 @@ class KafkaServer:
         async def append(tp: TopicPartition, records: bytes) -> Any:
             return await asyncio.to_thread(broker.append, tp, records)
 
-        self.groups = GroupCoordinator(
-            append,
-            settings.offsets_topic_partitions,
-            initial_rebalance_delay_ms=settings.initial_rebalance_delay_ms,
-        )
+        self.groups = GroupCoordinator(append, settings.offsets_topic_partitions)
         await asyncio.to_thread(self._load_offsets)
         self._expiry = loop.create_task(self._expire_sessions())
         self._ready.set()
+
+    def _next_append(self) -> asyncio.Event:
+        assert self._appended is not None
+        return self._appended
+
+    def _notify_append(self) -> None:
+        """Wake every fetch waiting for data: set this event, later waits take a new one."""
+        assert self._appended is not None
+        done, self._appended = self._appended, asyncio.Event()
+        done.set()
 
     def _load_offsets(self) -> None:
         """Read ``__consumer_offsets`` back into the coordinator's memory."""
@@ -369,7 +376,7 @@ class KafkaServer:
         for partition in range(self.settings.offsets_topic_partitions):
             tp = TopicPartition(OFFSETS_TOPIC, partition)
             try:
-                log = self.broker._log(tp)
+                log = self.broker.log_of(tp)
             except UnknownTopicOrPartitionError:
                 continue
             offset = log.log_start_offset
@@ -454,24 +461,9 @@ class KafkaServer:
             writer.close()
 
     async def _send(self, writer: asyncio.StreamWriter, response: Writer) -> int:
-        """Write a framed response; file regions go with ``sendfile`` on plain TCP."""
-        timeout_s = self.settings.request_timeout_ms / 1000
-        writer.write(response.size.to_bytes(4, "big"))
-        loop = asyncio.get_running_loop()
-        for part in response.parts:
-            if isinstance(part, FileRegion):
-                if self.ssl is None:
-                    await asyncio.wait_for(writer.drain(), timeout_s)
-                    with open(part.file.name, "rb") as f:
-                        await asyncio.wait_for(
-                            loop.sendfile(writer.transport, f, part.position, part.size),
-                            timeout_s,
-                        )
-                    continue
-                writer.write(part.read())
-            else:
-                writer.write(part)
-        await asyncio.wait_for(writer.drain(), timeout_s)
+        """Write a framed response; a client that does not take it in time is dropped."""
+        writer.write(response.size.to_bytes(4, "big") + response.bytes())
+        await asyncio.wait_for(writer.drain(), self.settings.request_timeout_ms / 1000)
         return response.size + 4
 
     async def _answer(self, payload: bytes, session: _Session) -> Writer | None:
@@ -544,7 +536,7 @@ class KafkaServer:
             result, _ = await asyncio.to_thread(apis.produce, request, broker)
             return result
         if key == 1:
-            response, _ = await apis.fetch(request, broker, asyncio.to_thread, self._wake)
+            response, _ = await apis.fetch(request, broker, asyncio.to_thread, self._next_append)
             return response
         if key == 18:
             return apis.api_versions(request.version, apis.SUPPORTED)

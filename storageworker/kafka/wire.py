@@ -8,11 +8,9 @@ A short or malformed buffer raises :class:`ProtocolError` naming what was being 
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import struct
 from collections.abc import Callable
-from typing import BinaryIO, Final, TypeVar
+from typing import Final, TypeVar
 
 T = TypeVar("T")
 
@@ -129,28 +127,11 @@ class Reader:
         return len(self.data) - self.pos
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class FileRegion:
-    """``size`` bytes of an open segment file from ``position``, sent as they are (with
-    ``sendfile`` when the connection allows it). The file stays open until the response is
-    sent: a segment deleted meanwhile is still readable through it."""
-
-    file: BinaryIO
-    position: int
-    size: int
-
-    def read(self) -> bytes:
-        data = os.pread(self.file.fileno(), self.size, self.position)
-        if len(data) != self.size:
-            raise OSError(f"{self.file.name}: short read at {self.position}")
-        return data
-
-
 class Writer:
-    """Builds a message from parts: bytes, and file regions that are sent without copying."""
+    """Builds a message from parts (joined once, when sent); ``size`` is their total."""
 
     def __init__(self) -> None:
-        self.parts: list[bytes | FileRegion] = []
+        self.parts: list[bytes] = []
         self.size = 0
 
     def raw(self, data: bytes) -> Writer:
@@ -201,22 +182,15 @@ class Writer:
         encoded = value.encode("utf-8")
         return self.uvarint(len(encoded) + 1).raw(encoded)
 
-    def _blob(self, value: bytes | FileRegion) -> Writer:
-        if isinstance(value, FileRegion):
-            self.parts.append(value)
-            self.size += value.size
-            return self
-        return self.raw(bytes(value))
-
-    def nullable_bytes(self, value: bytes | FileRegion | None) -> Writer:
+    def nullable_bytes(self, value: bytes | None) -> Writer:
         if value is None:
             return self.int32(-1)
-        return self.int32(_blob_size(value))._blob(value)
+        return self.int32(len(value)).raw(bytes(value))
 
-    def compact_nullable_bytes(self, value: bytes | FileRegion | None) -> Writer:
+    def compact_nullable_bytes(self, value: bytes | None) -> Writer:
         if value is None:
             return self.uvarint(0)
-        return self.uvarint(_blob_size(value) + 1)._blob(value)
+        return self.uvarint(len(value) + 1).raw(bytes(value))
 
     def array_length(self, count: int | None, *, compact: bool = False) -> Writer:
         if compact:
@@ -227,11 +201,7 @@ class Writer:
         return self.uvarint(0)
 
     def bytes(self) -> bytes:
-        return b"".join(p.read() if isinstance(p, FileRegion) else p for p in self.parts)
-
-
-def _blob_size(value: bytes | FileRegion) -> int:
-    return value.size if isinstance(value, FileRegion) else len(value)
+        return b"".join(self.parts)
 
 
 def frame(payload: bytes) -> bytes:

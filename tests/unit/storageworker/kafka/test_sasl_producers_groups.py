@@ -294,3 +294,67 @@ def test_join_errors() -> None:
         assert mismatch["error_code"] == groups.INCONSISTENT_GROUP_PROTOCOL
 
     asyncio.run(scenario())
+
+
+# -- fetch waits -----------------------------------------------------------------------------------
+
+
+def test_an_append_between_the_read_and_the_wait_still_wakes_the_fetch() -> None:
+    """The fetch takes the append event before reading: an append that lands after the read
+    (here: during it) sets that event, so the fetch re-reads at once instead of waiting out
+    max_wait_ms (30 s here; the test gives it 10)."""
+    from storagecore.log import FetchResult
+    from storageworker.kafka import apis
+
+    state: dict[str, Any] = {"event": asyncio.Event(), "reads": 0}
+    loop_box: list[asyncio.AbstractEventLoop] = []
+
+    def next_append() -> asyncio.Event:
+        event: asyncio.Event = state["event"]
+        return event
+
+    def notify() -> None:
+        done, state["event"] = state["event"], asyncio.Event()
+        done.set()
+
+    class Broker:
+        def partitions(self) -> dict[str, int]:
+            return {"t": 1}
+
+        def read(self, tp: TopicPartition, offset: int, max_bytes: int) -> FetchResult:
+            state["reads"] += 1
+            if state["reads"] == 1:  # an append lands while the first read runs
+                loop_box[0].call_soon_threadsafe(notify)
+                return FetchResult(b"", offset, 0, 0, 0)
+            return FetchResult(b"x" * 10, offset, 0, 1, 1)
+
+    request = apis.Request(
+        1,
+        12,
+        1,
+        None,
+        {
+            "max_bytes": 1 << 20,
+            "max_wait_ms": 30_000,
+            "min_bytes": 1,
+            "topics": [
+                {
+                    "topic": "t",
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        },
+    )
+
+    async def scenario() -> tuple[dict[str, Any], int]:
+        loop_box.append(asyncio.get_running_loop())
+        return await asyncio.wait_for(
+            apis.fetch(request, Broker(), asyncio.to_thread, next_append),  # type: ignore[arg-type]
+            10,
+        )
+
+    response, sent = asyncio.run(scenario())
+    assert sent == 10 and state["reads"] == 2
+    assert response["responses"][0]["partitions"][0]["records"] == b"x" * 10
