@@ -19,8 +19,9 @@ import contextlib
 import dataclasses
 import logging
 import random
+import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -37,6 +38,8 @@ from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.segment import LogSegment, RollParams
 from storagecore.transactions import TransactionState
+
+_BASE_OFFSET = struct.Struct(">q")  # the first field of a batch, outside its CRC
 
 logger = logging.getLogger(__name__)
 
@@ -713,6 +716,116 @@ class Log:
             if self._config.file_delete_delay_ms == 0:
                 self._delete_expired_files(due_ms)
             return True
+
+    def bulk_append(
+        self, batches: Iterable[bytes | bytearray | memoryview]
+    ) -> LogAppendInfo | None:
+        """Append ``batches`` all or nothing, even across a crash (offline bulk loads).
+
+        The batches (built by the caller; offsets are reassigned from the log end offset, the
+        base-offset field lies outside the CRC) are written into new segments named
+        ``*.cleaned`` after the log end, and swapped in with the protocol of
+        :meth:`replace_segments`, the empty active segment being the one replaced:
+
+        1. roll, so the active segment is empty at the log end offset ``L``;
+        2. write ``L.log.cleaned`` (and more segments when ``segment.bytes`` is reached), flush.
+           Crash here: the loader deletes ``.cleaned`` files → the log as it was;
+        3. rename them ``.cleaned`` → ``.swap``, highest first, fsync the directory. This is
+           the commit point: from here the loader completes the swap (it deletes the segments
+           in the swapped range, here only the empty one at ``L``);
+        4. rename the empty active segment ``.deleted``, strip ``.swap``, fsync the directory;
+           roll a new active segment at the new log end.
+
+        Returns None when ``batches`` is empty. Raises :class:`RecordTooLargeError` naming the
+        partition for a batch above ``max.message.bytes``; nothing is appended then.
+        """
+        with self._lock, self._io(f"bulk append to {self.tp}"):
+            self._check_usable()
+            now_ms = self.clock.milliseconds()
+            config = self._config
+            self._roll(None)
+            active = self.active_segment
+            assert active.size_bytes == 0 and active.base_offset == self.log_end_offset
+            new: list[LogSegment] = []
+            first = next_offset = self.log_end_offset
+            max_timestamp = layout.NO_TIMESTAMP
+            offset_of_max = -1
+            count = 0
+            size_total = 0
+            try:
+                for data in batches:
+                    batch = RecordBatch(bytes(data))
+                    batch.validate()
+                    size = batch.size_bytes
+                    if size > config.max_message_bytes:
+                        raise RecordTooLargeError(
+                            f"{self.tp}: batch of {size} bytes exceeds max.message.bytes="
+                            f"{config.max_message_bytes}"
+                        )
+                    delta = batch.last_offset_delta
+                    if not new or new[-1].size_bytes + size > config.segment_bytes:
+                        if new:
+                            new[-1].on_become_inactive_segment()
+                        new.append(
+                            LogSegment.open(
+                                self.directory,
+                                next_offset,
+                                index_interval_bytes=config.index_interval_bytes,
+                                max_index_size_bytes=config.segment_index_bytes,
+                                now_ms=now_ms,
+                                suffix=files.CLEANED_SUFFIX,
+                            )
+                        )
+                    buffer = bytearray(batch.buffer)
+                    _BASE_OFFSET.pack_into(buffer, layout.BASE_OFFSET_OFFSET, next_offset)
+                    last = next_offset + delta
+                    new[-1].append(last, batch.max_timestamp, last, buffer)
+                    if batch.max_timestamp > max_timestamp:
+                        max_timestamp, offset_of_max = batch.max_timestamp, last
+                    count += batch.records_count
+                    size_total += size
+                    next_offset = last + 1
+                if not new:
+                    return None
+                new[-1].on_become_inactive_segment()
+                for segment in new:
+                    segment.flush()
+            except BaseException:
+                for segment in new:
+                    segment.delete_files()  # still .cleaned: nothing refers to them
+                raise
+            # 3. the commit point.
+            for segment in reversed(new):
+                segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+            durability.fsync_dir(self.directory)
+            # 4. the empty active segment goes; the new ones take its place and follow it.
+            active.change_file_suffixes("", files.DELETED_SUFFIX)
+            active.delete_files()
+            for segment in new:
+                segment.change_file_suffixes(files.SWAP_SUFFIX, "")
+            durability.fsync_dir(self.directory)
+            self._segments = [*self._segments[:-1], *new]
+            self._bases = [s.base_offset for s in self._segments]
+            self._txn_state = None
+            self._roll(None)
+            self._recovery_point = self.log_end_offset
+            logger.info(
+                "%s: bulk-appended offsets [%d, %d) in %d segment(s)",
+                self.tp,
+                first,
+                next_offset,
+                len(new),
+            )
+            return LogAppendInfo(
+                first_offset=first,
+                last_offset=next_offset - 1,
+                max_timestamp=max_timestamp,
+                shallow_offset_of_max_timestamp=offset_of_max,
+                log_append_time=layout.NO_TIMESTAMP,
+                log_start_offset=self._log_start_offset,
+                record_count=count,
+                valid_bytes=size_total,
+            )
 
     def delete_expired_files(self, *, force: bool = False) -> int:
         """Unlink ``.deleted`` segment files whose delay has passed (with ``force``: all of them,

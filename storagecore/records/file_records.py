@@ -48,8 +48,10 @@ class BatchHeader(NamedTuple):
 class FileRecords:
     """One open ``.log`` file; ``size_bytes`` is its logical size (appends go there)."""
 
-    def __init__(self, path: Path, *, create: bool = True) -> None:
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    def __init__(self, path: Path, *, create: bool = True, writable: bool = True) -> None:
+        # Read-only opens (writable=False: readers outside the owning process, such as the
+        # Spark pipeline) never create, extend or truncate the file.
+        flags = (os.O_RDWR | (os.O_CREAT if create else 0)) if writable else os.O_RDONLY
         self.path = path
         self._fd = os.open(path, flags, 0o644)
         self.size_bytes = os.fstat(self._fd).st_size

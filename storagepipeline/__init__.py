@@ -1,0 +1,22 @@
+"""storagepipeline: topic logs on Spark — a data source, bulk writes, compaction, snapshot, stats.
+
+What belongs here: the ``logkeeper`` Python data source (read and write), the ``compact``,
+``snapshot`` and ``stats`` jobs, and the session helper. What must not: the worker, the operator
+or the CLI (import-linter enforces it); only storagecore and pyspark (with pyarrow). Log dirs are
+read without locks or writes; anything that changes a log (offline writes, ``compact``) takes the
+data dir's lock, so it runs only where no worker holds the dir.
+"""
+
+from storagepipeline.logdirs import CorruptDataError, DataLossError, PipelineError
+from storagepipeline.session import local_session, register
+from storagepipeline.source import SCHEMA, LogkeeperDataSource
+
+__all__ = [
+    "SCHEMA",
+    "CorruptDataError",
+    "DataLossError",
+    "LogkeeperDataSource",
+    "PipelineError",
+    "local_session",
+    "register",
+]

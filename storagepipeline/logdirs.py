@@ -1,0 +1,308 @@
+"""Read-only views of the log dirs on the volumes: which partitions exist, their segments, offsets.
+
+Called on the Spark driver to plan a read or a job, and on executors to read a planned segment.
+Nothing here writes to a data dir, takes its ``.lock`` or opens an index for writing: a worker
+may own the dir and be appending, cleaning and deleting segments while we look.
+
+A *snapshot* of a partition is the list of its ``<base>.log`` files, each pinned by its device and
+inode and by its size at planning time, plus the offset range to deliver. A segment that the
+worker replaces (cleaning) or deletes (retention) keeps its inode under the name
+``<base>.log.deleted`` until ``file.delete.delay.ms`` passes, so a read that starts within that
+delay sees exactly the planned bytes. After it, :mod:`storagepipeline.reading` falls back to the
+segments now covering the planned offset range (a cleaned range: same offsets, fewer records;
+a range removed by retention: data loss, an error unless ``failOnDataLoss=false``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+from storagecore import TopicPartition
+from storagecore import files as core_files
+from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore.errors import ConfigError, CorruptCheckpointError, CorruptRecordError
+from storagecore.records.file_records import FileRecords
+
+logger = logging.getLogger(__name__)
+
+# Kafka's .index entry: relative offset int32, position int32; .timeindex: timestamp int64,
+# relative offset int32 (storagecore.index owns the writable classes; these only read).
+_OFFSET_ENTRY: Final = struct.Struct(">ii")
+_TIME_ENTRY: Final = struct.Struct(">qi")
+#: How long a planner waits for a worker's segment swap (``.swap`` files present) to finish.
+_SWAP_WAIT_S: Final = 5.0
+_SWAP_POLL_S: Final = 0.02
+
+
+class PipelineError(Exception):
+    """Bad input to a pipeline read, write or job: names the option, topic, file or offset."""
+
+
+class DataLossError(PipelineError):
+    """Planned records are gone (retention ran, or offsets below the log start were asked for)."""
+
+
+class CorruptDataError(PipelineError):
+    """A batch failed its CRC or framing check; the message names the file and position."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """One ``.log`` file as planned: where it is, which inode, how much of it, which offsets."""
+
+    path: str
+    base_offset: int
+    device: int
+    inode: int
+    #: Bytes of the file at planning time; nothing past it is read (later appends are not
+    #: part of the snapshot).
+    size_bytes: int
+    #: Offsets ``[start_offset, end_offset)`` of this segment belong to the read.
+    start_offset: int
+    end_offset: int
+    #: Whether this was the partition's active (last) segment when planned.
+    active: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionSnapshot:
+    """A partition's segments and offsets as seen at planning time."""
+
+    topic: str
+    partition: int
+    directory: str
+    log_start_offset: int
+    log_end_offset: int
+    segments: tuple[SegmentRef, ...]
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+# -- partitions ----------------------------------------------------------------------------------
+def partition_dirs(data_dirs: Sequence[str]) -> dict[TopicPartition, Path]:
+    """Every ``<topic>-<partition>`` directory in the data dirs (internal ones included).
+
+    A partition present in two data dirs is an error that names both (Kafka refuses to start
+    on that too).
+    """
+    found: dict[TopicPartition, Path] = {}
+    for data_dir in data_dirs:
+        root = Path(data_dir)
+        if not root.is_dir():
+            raise PipelineError(f"data dir {root} does not exist or is not a directory")
+        for child in sorted(root.iterdir()):
+            if not child.is_dir() or core_files.is_delete_dir_name(child.name):
+                continue
+            if child.name.endswith((core_files.FUTURE_DIR_SUFFIX, core_files.STRAY_DIR_SUFFIX)):
+                continue
+            try:
+                tp = core_files.parse_partition_dir_name(child.name)
+            except ConfigError:
+                continue  # not a partition (for instance the pipeline's own staging dir)
+            if tp in found:
+                raise PipelineError(
+                    f"partition {tp} is present in two data dirs: {found[tp]} and {child}"
+                )
+            found[tp] = child
+    return found
+
+
+def select_partitions(
+    available: dict[TopicPartition, Path],
+    *,
+    topics: Sequence[str] = (),
+    pattern: str | None = None,
+) -> dict[TopicPartition, Path]:
+    """The partitions of the named topics (each must exist) or of the topics matching
+    ``pattern`` (a full-match regular expression, as Kafka's ``subscribePattern``)."""
+    names = {tp.topic for tp in available}
+    wanted: set[str] = set()
+    for topic in topics:
+        if topic not in names:
+            raise PipelineError(
+                f"unknown topic {topic!r}: no partition directory {topic}-<n> in the data dirs "
+                f"(topics present: {', '.join(sorted(names)) or 'none'})"
+            )
+        wanted.add(topic)
+    if pattern is not None:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise PipelineError(f"option topicPattern {pattern!r} is not a regex: {exc}") from exc
+        wanted.update(name for name in names if regex.fullmatch(name))
+    return {tp: path for tp, path in sorted(available.items()) if tp.topic in wanted}
+
+
+# -- segments ------------------------------------------------------------------------------------
+def _list_logs(directory: Path) -> list[tuple[int, Path]]:
+    """``(base, path)`` of the live ``.log`` files, after any swap in progress completes."""
+    deadline = time.monotonic() + _SWAP_WAIT_S
+    while True:
+        names = os.listdir(directory)
+        swapping = any(name.endswith(core_files.SWAP_SUFFIX) for name in names)
+        if not swapping or time.monotonic() > deadline:
+            if swapping:
+                logger.warning(
+                    "%s: .swap files present for %.1f s; planning without them",
+                    directory,
+                    _SWAP_WAIT_S,
+                )
+            return sorted(
+                (core_files.offset_from_file_name(name), directory / name)
+                for name in names
+                if core_files.is_segment_file_name(name) and name.endswith(core_files.LOG_SUFFIX)
+            )
+        # The worker is between steps 1 and 4 of its swap (milliseconds): the replaced range
+        # is briefly covered only by .swap files. Wait for the final names.
+        time.sleep(_SWAP_POLL_S)
+
+
+def read_log_start_offset(directory: Path) -> int:
+    """The partition's log start offset from its data dir's checkpoint (0 if absent/unreadable)."""
+    path = directory.parent / core_files.LOG_START_OFFSET_CHECKPOINT
+    try:
+        offsets = OffsetCheckpointFile(path).read()
+    except (OSError, CorruptCheckpointError) as exc:
+        logger.warning("%s: unreadable (%s); taking log start offsets from the segments", path, exc)
+        return 0
+    try:
+        tp = core_files.parse_partition_dir_name(directory.name)
+    except ConfigError:
+        return 0
+    return offsets.get(tp, 0)
+
+
+def open_pinned(ref: SegmentRef) -> FileRecords | None:
+    """The planned file, read-only, under its name or its ``.deleted`` name; None if gone."""
+    for path in (ref.path, ref.path + core_files.DELETED_SUFFIX):
+        try:
+            records = FileRecords(Path(path), create=False, writable=False)
+        except FileNotFoundError:
+            continue
+        stat = os.fstat(records.fd)
+        if (stat.st_dev, stat.st_ino) == (ref.device, ref.inode):
+            records.size_bytes = min(records.size_bytes, ref.size_bytes)
+            return records
+        records.close()
+    return None
+
+
+def index_position(log_path: Path, base_offset: int, target_offset: int, size_bytes: int) -> int:
+    """A byte position at or before the batch holding ``target_offset``, from the ``.index``.
+
+    The index is only a hint: an active segment's file is preallocated with zero entries, and a
+    damaged one may hold anything, so the walk stops at the first entry that does not increase
+    or points outside the planned bytes (falling back to an earlier entry or position 0).
+    """
+    index_path = log_path.with_name(log_path.name[: -len(core_files.LOG_SUFFIX)] + ".index")
+    try:
+        data = index_path.read_bytes()
+    except OSError:
+        return 0
+    position = 0
+    last_relative = -1
+    last_position = -1
+    for relative, entry_position in _OFFSET_ENTRY.iter_unpack(
+        data[: len(data) - len(data) % _OFFSET_ENTRY.size]
+    ):
+        if relative <= last_relative or entry_position <= last_position:
+            break
+        if entry_position >= size_bytes or base_offset + relative > target_offset:
+            break
+        position, last_relative, last_position = entry_position, relative, entry_position
+    return position
+
+
+def max_timestamp_hint(log_path: Path) -> int | None:
+    """The largest timestamp in a sealed segment's ``.timeindex`` (last valid entry) or None."""
+    index_path = log_path.with_name(log_path.name[: -len(core_files.LOG_SUFFIX)] + ".timeindex")
+    try:
+        data = index_path.read_bytes()
+    except OSError:
+        return None
+    best: int | None = None
+    for timestamp, _relative in _TIME_ENTRY.iter_unpack(
+        data[: len(data) - len(data) % _TIME_ENTRY.size]
+    ):
+        if best is not None and timestamp < best:
+            break
+        best = timestamp
+    return best
+
+
+def _end_offset(records: FileRecords, base_offset: int) -> int:
+    """The offset after the last complete batch of an open file (its base offset if empty)."""
+    position = index_position(records.path, base_offset, 2**63 - 1, records.size_bytes)
+    end = base_offset
+    try:
+        for header in records.batch_headers(position):
+            end = header.next_offset
+    except CorruptRecordError as exc:
+        logger.warning("%s: %s; the planned end stops before it", records.path, exc)
+    return end
+
+
+def snapshot_partition(tp: TopicPartition, directory: Path) -> PartitionSnapshot:
+    """Pin the partition's current segments (see the module docstring)."""
+    logs = _list_logs(directory)
+    refs: list[SegmentRef] = []
+    for i, (base, path) in enumerate(logs):
+        try:
+            records = FileRecords(path, create=False, writable=False)
+        except FileNotFoundError:
+            continue  # deleted between the listing and now: not part of the snapshot
+        try:
+            stat = os.fstat(records.fd)
+            active = i == len(logs) - 1
+            end = _end_offset(records, base) if active else logs[i + 1][0]
+            refs.append(
+                SegmentRef(
+                    path=str(path),
+                    base_offset=base,
+                    device=stat.st_dev,
+                    inode=stat.st_ino,
+                    size_bytes=records.size_bytes,
+                    start_offset=base,
+                    end_offset=end,
+                    active=active,
+                )
+            )
+        finally:
+            records.close()
+    log_end = refs[-1].end_offset if refs else 0
+    first_base = refs[0].base_offset if refs else 0
+    log_start = min(max(read_log_start_offset(directory), first_base), log_end)
+    return PartitionSnapshot(
+        topic=tp.topic,
+        partition=tp.partition,
+        directory=str(directory),
+        log_start_offset=log_start,
+        log_end_offset=log_end,
+        segments=tuple(refs),
+    )
+
+
+def clip(snapshot: PartitionSnapshot, start: int, end: int) -> list[SegmentRef]:
+    """The segment refs holding offsets ``[start, end)``, each narrowed to that range."""
+    clipped: list[SegmentRef] = []
+    for ref in snapshot.segments:
+        low, high = max(ref.start_offset, start), min(ref.end_offset, end)
+        if low < high:
+            clipped.append(dataclasses.replace(ref, start_offset=low, end_offset=high))
+    return clipped
+
+
+def current_refs(directory: Path, start: int, end: int) -> Iterator[SegmentRef]:
+    """Fallback for a pinned segment that is gone: the segments covering ``[start, end)`` now."""
+    tp = core_files.parse_partition_dir_name(directory.name)
+    yield from clip(snapshot_partition(tp, directory), start, end)

@@ -1,0 +1,363 @@
+"""Reader options (the names and JSON forms of Spark's Kafka source) and the read plan.
+
+Pure planning over :mod:`storagepipeline.logdirs`: no Spark here, so every option rule is unit
+tested without a JVM. Called on the driver by the data source; the plan's units are picklable and
+travel to the executors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from storagecore import TopicPartition
+from storagepipeline.logdirs import (
+    DataLossError,
+    PartitionSnapshot,
+    PipelineError,
+    SegmentRef,
+    clip,
+    max_timestamp_hint,
+    partition_dirs,
+    select_partitions,
+    snapshot_partition,
+)
+from storagepipeline.reading import ReadOptions, first_offset_at_or_after
+
+#: Kafka's ListOffsets sentinels, used in the JSON offset forms.
+LATEST: Final = -1
+EARLIEST: Final = -2
+
+VIEWS: Final = ("log", "latest")
+
+#: Every option the reader accepts (lower case: Spark's option maps are case-insensitive).
+#: ``subscribe`` / ``subscribePattern`` are the Kafka source's names for ``topic`` /
+#: ``topicPattern``, accepted so that existing jobs port unchanged.
+READ_OPTIONS: Final = frozenset(
+    {
+        "path",
+        "paths",
+        "topic",
+        "subscribe",
+        "topicpattern",
+        "subscribepattern",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtimestamp",
+        "endingtimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "view",
+        "failoncorruption",
+        "failondataloss",
+        "includeheaders",
+        "maxrecordsperbatch",
+    }
+)
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = str(raw).strip().lower()
+    if value not in {"true", "false"}:
+        raise PipelineError(f"option {name} must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def _int(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise PipelineError(f"option {name} must be an integer, got {raw!r}") from None
+
+
+def check_known(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    unknown = sorted(key for key in options if key.lower() not in known)
+    if unknown:
+        raise PipelineError(
+            f"unknown {what} option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
+
+
+def data_dirs_of(options: Mapping[str, str]) -> list[str]:
+    raw = options.get("paths") or options.get("path")
+    if not raw:
+        raise PipelineError("option path is required: the data dir(s), comma-separated")
+    return [part.strip() for part in str(raw).split(",") if part.strip()]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadSpec:
+    """The validated reader options."""
+
+    data_dirs: tuple[str, ...]
+    topics: tuple[str, ...]
+    topic_pattern: str | None
+    starting: str | dict[str, dict[int, int]]
+    ending: str | dict[str, dict[int, int]]
+    starting_timestamp: int | None
+    ending_timestamp: int | None
+    timestamp_strategy: str
+    view: str
+    fail_on_corruption: bool
+    fail_on_data_loss: bool
+    include_headers: bool
+    max_records_per_batch: int
+
+    @property
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(
+            fail_on_corruption=self.fail_on_corruption, fail_on_data_loss=self.fail_on_data_loss
+        )
+
+
+def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, dict[int, int]]:
+    raw = options.get(name.lower())
+    if raw is None:
+        return "earliest" if name == "startingOffsets" else "latest"
+    text = str(raw).strip()
+    if text in {"earliest", "latest"}:
+        if (name, text) in {("startingOffsets", "latest"), ("endingOffsets", "earliest")}:
+            raise PipelineError(f"option {name}={text} is not allowed for batch queries")
+        return text
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        raise PipelineError(
+            f"option {name} must be earliest, latest or JSON like "
+            f'{{"topic":{{"0":23,"1":-2}}}}, got {text!r}'
+        ) from None
+    if not isinstance(parsed, dict):
+        raise PipelineError(f"option {name}: JSON must be an object of topics, got {text!r}")
+    result: dict[str, dict[int, int]] = {}
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, dict):
+            raise PipelineError(f"option {name}: topic {topic!r} must map partitions to offsets")
+        per: dict[int, int] = {}
+        for partition, offset in partitions.items():
+            try:
+                per[int(partition)] = int(offset)
+            except (TypeError, ValueError):
+                raise PipelineError(
+                    f"option {name}: {topic}-{partition}: offset {offset!r} is not an integer"
+                ) from None
+            forbidden = LATEST if name == "startingOffsets" else EARLIEST
+            if per[int(partition)] == forbidden:
+                word = "latest (-1)" if forbidden == LATEST else "earliest (-2)"
+                raise PipelineError(
+                    f"option {name}: {topic}-{partition}: {word} is not allowed for batch queries"
+                )
+        result[str(topic)] = per
+    return result
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadSpec:
+    check_known(options, READ_OPTIONS, "logkeeper read")
+    topics_raw = options.get("topic") or options.get("subscribe")
+    pattern = options.get("topicpattern") or options.get("subscribepattern")
+    topics = tuple(t.strip() for t in str(topics_raw).split(",") if t.strip()) if topics_raw else ()
+    if not topics and not pattern:
+        raise PipelineError(
+            "one of the options topic (comma-separated) or topicPattern is required"
+        )
+    view = str(options.get("view", "log")).strip().lower()
+    if view not in VIEWS:
+        raise PipelineError(f"option view must be one of {', '.join(VIEWS)}, got {view!r}")
+    strategy = str(options.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
+    if strategy not in {"error", "latest"}:
+        raise PipelineError(
+            f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
+    starting_ts = _int(options, "startingTimestamp")
+    ending_ts = _int(options, "endingTimestamp")
+    if starting_ts is not None and "startingoffsets" in options:
+        raise PipelineError("options startingOffsets and startingTimestamp exclude each other")
+    if ending_ts is not None and "endingoffsets" in options:
+        raise PipelineError("options endingOffsets and endingTimestamp exclude each other")
+    batch_rows = _int(options, "maxRecordsPerBatch") or 8192
+    if batch_rows < 1:
+        raise PipelineError(f"option maxRecordsPerBatch must be >= 1, got {batch_rows}")
+    return ReadSpec(
+        data_dirs=tuple(data_dirs_of(options)),
+        topics=topics,
+        topic_pattern=str(pattern) if pattern else None,
+        starting=_offsets_option(options, "startingOffsets"),
+        ending=_offsets_option(options, "endingOffsets"),
+        starting_timestamp=starting_ts,
+        ending_timestamp=ending_ts,
+        timestamp_strategy=strategy,
+        view=view,
+        fail_on_corruption=_flag(options, "failOnCorruption", True),
+        fail_on_data_loss=_flag(options, "failOnDataLoss", True),
+        include_headers=_flag(options, "includeHeaders", True),
+        max_records_per_batch=batch_rows,
+    )
+
+
+@dataclasses.dataclass(slots=True)
+class Pushdown:
+    """Filters on partition, offset and topic applied exactly at planning; a lower bound on
+    timestamps used to skip segments and batches (Spark still evaluates timestamp filters)."""
+
+    topics: set[str] | None = None
+    partitions: set[int] | None = None
+    offset_low: int = 0
+    offset_high: int = 2**63 - 1
+    timestamp_low_ms: int | None = None
+    empty: bool = False
+
+    def allows(self, tp: TopicPartition) -> bool:
+        if self.topics is not None and tp.topic not in self.topics:
+            return False
+        return self.partitions is None or tp.partition in self.partitions
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlannedPartition:
+    """One unit of work: a topic-partition's segment refs (one ref in the ``log`` view)."""
+
+    topic: str
+    partition: int
+    directory: str
+    refs: tuple[SegmentRef, ...]
+
+
+def _explicit(
+    spec_offsets: Mapping[str, Mapping[int, int]],
+    selected: Sequence[TopicPartition],
+    name: str,
+) -> dict[TopicPartition, int]:
+    by_tp = {
+        TopicPartition(topic, partition): offset
+        for topic, partitions in spec_offsets.items()
+        for partition, offset in partitions.items()
+    }
+    unknown = sorted(str(tp) for tp in by_tp if tp not in set(selected))
+    if unknown:
+        raise PipelineError(f"option {name} names partitions not being read: {', '.join(unknown)}")
+    topics = set(spec_offsets)
+    missing = sorted(str(tp) for tp in selected if tp.topic in topics and tp not in by_tp)
+    if missing:
+        raise PipelineError(
+            f"option {name} must give an offset for every partition of the topics it names; "
+            f"missing: {', '.join(missing)}"
+        )
+    return by_tp
+
+
+def _start_of(
+    spec: ReadSpec, snap: PartitionSnapshot, explicit: Mapping[TopicPartition, int]
+) -> int | None:
+    tp = snap.tp
+    if spec.starting_timestamp is not None:
+        found = offset_for_timestamp(snap, spec.starting_timestamp, spec.read_options)
+        if found is None:
+            if spec.timestamp_strategy == "error":
+                raise PipelineError(
+                    f"{tp}: no record has a timestamp >= startingTimestamp "
+                    f"{spec.starting_timestamp} (startingOffsetsByTimestampStrategy=latest "
+                    f"reads nothing from such partitions instead)"
+                )
+            return None
+        return found
+    offset = explicit.get(tp, EARLIEST)
+    if offset == EARLIEST:
+        return snap.log_start_offset
+    if offset < snap.log_start_offset:
+        if spec.fail_on_data_loss:
+            raise DataLossError(
+                f"{tp}: startingOffsets {offset} is below the log start offset "
+                f"{snap.log_start_offset} (set failOnDataLoss=false to start there instead)"
+            )
+        return snap.log_start_offset
+    if offset > snap.log_end_offset:
+        raise PipelineError(
+            f"{tp}: startingOffsets {offset} is beyond the log end offset {snap.log_end_offset}"
+        )
+    return offset
+
+
+def _end_of(spec: ReadSpec, snap: PartitionSnapshot, explicit: Mapping[TopicPartition, int]) -> int:
+    tp = snap.tp
+    if spec.ending_timestamp is not None:
+        found = offset_for_timestamp(snap, spec.ending_timestamp, spec.read_options)
+        return snap.log_end_offset if found is None else found
+    offset = explicit.get(tp, LATEST)
+    if offset == LATEST:
+        return snap.log_end_offset
+    if offset > snap.log_end_offset:
+        raise PipelineError(
+            f"{tp}: endingOffsets {offset} is beyond the log end offset {snap.log_end_offset}"
+        )
+    return offset
+
+
+def offset_for_timestamp(
+    snap: PartitionSnapshot, timestamp: int, options: ReadOptions
+) -> int | None:
+    """First offset at or after the log start whose timestamp is >= ``timestamp``."""
+    refs = clip(snap, snap.log_start_offset, snap.log_end_offset)
+    # Sealed segments whose time index says every timestamp is below the target are skipped.
+    candidates = [
+        ref
+        for ref in refs
+        if ref.active or (hint := max_timestamp_hint(Path(ref.path))) is None or hint >= timestamp
+    ]
+    return first_offset_at_or_after(candidates, Path(snap.directory), timestamp, options)
+
+
+def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedPartition]:
+    """Snapshot the selected partitions and cut them into work units."""
+    pushdown = pushdown or Pushdown()
+    available = partition_dirs(spec.data_dirs)
+    selected = select_partitions(available, topics=spec.topics, pattern=spec.topic_pattern)
+    tps = list(selected)
+    starts = (
+        _explicit(spec.starting, tps, "startingOffsets") if isinstance(spec.starting, dict) else {}
+    )
+    ends = _explicit(spec.ending, tps, "endingOffsets") if isinstance(spec.ending, dict) else {}
+    units: list[PlannedPartition] = []
+    if pushdown.empty:
+        return units
+    for tp, directory in selected.items():
+        if not pushdown.allows(tp):
+            continue
+        snap = snapshot_partition(tp, directory)
+        start = _start_of(spec, snap, starts)
+        if start is None:
+            continue
+        end = _end_of(spec, snap, ends)
+        start, end = max(start, pushdown.offset_low), min(end, pushdown.offset_high)
+        refs = clip(snap, start, end)
+        if pushdown.timestamp_low_ms is not None:
+            low = pushdown.timestamp_low_ms
+            refs = [
+                ref
+                for ref in refs
+                if ref.active or (hint := max_timestamp_hint(Path(ref.path))) is None or hint >= low
+            ]
+        if not refs:
+            continue
+        if spec.view == "latest":
+            units.append(PlannedPartition(tp.topic, tp.partition, str(directory), tuple(refs)))
+        else:
+            units.extend(
+                PlannedPartition(tp.topic, tp.partition, str(directory), (ref,)) for ref in refs
+            )
+    return units
+
+
+def describe(units: Sequence[PlannedPartition]) -> dict[str, Any]:
+    """A summary for logs and tests: units, partitions, segments."""
+    return {
+        "units": len(units),
+        "partitions": len({(u.topic, u.partition) for u in units}),
+        "segments": sum(len(u.refs) for u in units),
+    }

@@ -1,0 +1,176 @@
+"""Records of planned segments, CRC-checked, as the executors' read tasks see them.
+
+Called by the data source's ``read()`` and by the jobs. Every batch is validated (sizes, magic,
+CRC-32C) before a record of it is delivered. A corrupt batch raises :class:`CorruptDataError`
+naming the file and position, or with ``fail_on_corruption=False`` is skipped, logged and
+counted in :class:`ReadCounters` (a batch whose length field is broken ends the segment: the
+bytes after it cannot be framed). Control batches (transaction markers) are never delivered, as
+with Kafka consumers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from storagecore import Record, RecordBatch
+from storagecore.errors import CorruptRecordError
+from storagecore.records.file_records import FileRecords
+from storagepipeline.logdirs import (
+    CorruptDataError,
+    DataLossError,
+    SegmentRef,
+    current_refs,
+    index_position,
+    open_pinned,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(slots=True)
+class ReadCounters:
+    """What a read skipped or fell back on (reported by the jobs; logged by the data source)."""
+
+    corrupt_batches: int = 0
+    #: Planned segments replaced after ``file.delete.delay.ms`` and read from their successors.
+    fallbacks: int = 0
+    #: Offsets planned but removed by retention before they were read (failOnDataLoss=false).
+    lost_offsets: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadOptions:
+    fail_on_corruption: bool = True
+    fail_on_data_loss: bool = True
+    #: Skip batches whose max timestamp is below this (a pushed-down ``timestamp >=`` filter).
+    min_timestamp: int | None = None
+
+
+def batches(
+    ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
+) -> Iterator[RecordBatch]:
+    """Validated data batches overlapping ``[ref.start_offset, ref.end_offset)``."""
+    records = open_pinned(ref)
+    if records is None:
+        # The planned file is gone (replaced or deleted longer ago than file.delete.delay.ms).
+        counters.fallbacks += 1
+        yield from _fallback(ref, directory, options, counters)
+        return
+    try:
+        yield from _batches_of(records, ref, options, counters)
+    finally:
+        records.close()
+
+
+def _fallback(
+    ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
+) -> Iterator[RecordBatch]:
+    covered = ref.start_offset
+    for current in current_refs(directory, ref.start_offset, ref.end_offset):
+        if current.start_offset > covered:
+            _lost(ref, covered, current.start_offset, options, counters)
+        records = open_pinned(current)
+        if records is None:
+            _lost(ref, current.start_offset, current.end_offset, options, counters)
+        else:
+            try:
+                yield from _batches_of(records, current, options, counters)
+            finally:
+                records.close()
+        covered = current.end_offset
+    if covered < ref.end_offset:
+        _lost(ref, covered, ref.end_offset, options, counters)
+
+
+def _lost(
+    ref: SegmentRef, start: int, end: int, options: ReadOptions, counters: ReadCounters
+) -> None:
+    message = (
+        f"offsets [{start}, {end}) planned from {ref.path} were deleted (retention or "
+        f"delete-records) before this read reached them"
+    )
+    if options.fail_on_data_loss:
+        raise DataLossError(message + "; rerun the read, or set failOnDataLoss=false to skip")
+    logger.warning("%s; skipped (failOnDataLoss=false)", message)
+    counters.lost_offsets += end - start
+
+
+def _batches_of(
+    records: FileRecords, ref: SegmentRef, options: ReadOptions, counters: ReadCounters
+) -> Iterator[RecordBatch]:
+    position = index_position(records.path, ref.base_offset, ref.start_offset, ref.size_bytes)
+    walk = records.batches(position, ref.size_bytes)
+    batch_position = position
+    while True:
+        try:
+            item = next(walk, None)
+        except CorruptRecordError as exc:
+            _corrupt(records.path, batch_position, exc, options, counters, framing=True)
+            return
+        if item is None:
+            return
+        batch_position, batch = item
+        if batch.base_offset >= ref.end_offset:
+            return
+        try:
+            batch.validate()
+            last_offset = batch.last_offset
+        except CorruptRecordError as exc:
+            _corrupt(records.path, batch_position, exc, options, counters, framing=False)
+            continue
+        if last_offset < ref.start_offset or batch.is_control:
+            continue
+        if options.min_timestamp is not None and batch.max_timestamp < options.min_timestamp:
+            continue
+        yield batch
+
+
+def _corrupt(
+    path: Path,
+    position: int,
+    exc: CorruptRecordError,
+    options: ReadOptions,
+    counters: ReadCounters,
+    *,
+    framing: bool,
+) -> None:
+    message = f"{path} at position {position}: {exc}"
+    if options.fail_on_corruption:
+        raise CorruptDataError(
+            message + " (set failOnCorruption=false to skip corrupt batches)"
+        ) from exc
+    counters.corrupt_batches += 1
+    what = "the rest of the segment" if framing else "the batch"
+    logger.warning("Skipping %s (failOnCorruption=false): %s", what, message)
+
+
+def records(
+    ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
+) -> Iterator[Record]:
+    """Records of the ref's offset range, in offset order."""
+    for batch in batches(ref, directory, options, counters):
+        try:
+            decoded = batch.records()
+        except CorruptRecordError as exc:
+            # The CRC matched but the records inside do not parse: written corrupt.
+            _corrupt(Path(ref.path), -1, exc, options, counters, framing=False)
+            continue
+        for record in decoded:
+            if ref.start_offset <= record.offset < ref.end_offset:
+                yield record
+
+
+def first_offset_at_or_after(
+    refs: list[SegmentRef], directory: Path, timestamp: int, options: ReadOptions
+) -> int | None:
+    """Kafka's ListOffsets by timestamp: the first offset whose timestamp is >= ``timestamp``."""
+    counters = ReadCounters()
+    scan = dataclasses.replace(options, min_timestamp=timestamp)
+    for ref in refs:
+        for record in records(ref, directory, scan, counters):
+            if record.timestamp >= timestamp:
+                return record.offset
+    return None
