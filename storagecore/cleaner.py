@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
 from storagecore import files
-from storagecore.config import TopicPartition
+from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import ConfigError, CorruptRecordError
 from storagecore.log import Log
 from storagecore.offset_map import FilteredRecords, SkimpyOffsetMap, key_digest
@@ -49,11 +49,23 @@ from storagecore.records.batch import (
     rebuild_batch_from_payload,
 )
 from storagecore.records.codecs import Compression
+from storagecore.records.file_records import FileRecords
 from storagecore.records.layout import INT32_MAX
 from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type_of
 
 logger = logging.getLogger(__name__)
+
+
+class SegmentSource(Protocol):
+    """What the cleaning pass reads of a segment: a :class:`LogSegment`, or on a Spark executor
+    a read-only ``FileRecords`` with its base offset."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def log(self) -> FileRecords: ...
 
 
 class GroupableSegment(Protocol):
@@ -557,7 +569,7 @@ class Cleaner:
         for segment, next_start in dirty:
             self.check_done(log.tp)
             position = segment.offset_index.lookup(start).position
-            for batch in self._batches(log, segment, position, stats, for_map=True):
+            for batch in self._batches(log.tp, segment, position, stats, for_map=True):
                 if batch.is_control:
                     txns.on_control_batch(batch, control_type_of(batch))
                     stats.map_messages_read += 1
@@ -598,12 +610,46 @@ class Cleaner:
         """Kafka's ``cleanSegments``: rewrite ``group`` into one ``.cleaned`` segment and swap
         it in. On any failure (including an abort) the ``.cleaned`` files are removed and the
         log is untouched."""
-        config = log.config
+        cleaned = self.write_cleaned_segment(
+            log.directory,
+            log.tp,
+            log.config,
+            group,
+            now_ms=now_ms,
+            stats=stats,
+            txns=txns,
+            producers=producers,
+            upper_bound=upper_bound,
+        )
+        # From here the files belong to the swap protocol: if it fails midway its renames are
+        # completed or rolled back by the loader; deleting them here could lose the data.
+        if not log.replace_segments([cleaned], group):
+            cleaned.delete_files()
+        stats.segments_replaced += len(group)
+        return cleaned
+
+    def write_cleaned_segment(
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        config: LogConfig,
+        group: Sequence[SegmentSource],
+        *,
+        now_ms: int,
+        stats: CleanerStats,
+        txns: CleanedTransactionMetadata,
+        producers: Mapping[int, ProducerLastBatch],
+        upper_bound: int,
+    ) -> LogSegment:
+        """The first half of ``cleanSegments``: the group's retained records written, flushed,
+        as ``<base>.log.cleaned`` (+ indexes) in ``directory``. Needs no :class:`Log`: the
+        Spark ``compact`` job runs it on executors over read-only inputs, then swaps on the
+        driver. On failure the ``.cleaned`` files are removed."""
         base = group[0].base_offset
-        for path in _segment_paths(log.directory, base, files.CLEANED_SUFFIX):
+        for path in _segment_paths(directory, base, files.CLEANED_SUFFIX):
             path.unlink(missing_ok=True)
         cleaned = LogSegment.open(
-            log.directory,
+            directory,
             base,
             index_interval_bytes=config.index_interval_bytes,
             max_index_size_bytes=config.segment_index_bytes,
@@ -614,8 +660,8 @@ class Cleaner:
         try:
             horizon = now_ms + config.delete_retention_ms
             for segment in group:
-                self.check_done(log.tp)
-                for batch in self._batches(log, segment, 0, stats, for_map=False):
+                self.check_done(tp)
+                for batch in self._batches(tp, segment, 0, stats, for_map=False):
                     self._filter_batch(
                         batch, output, txns, producers, upper_bound, now_ms, horizon, stats
                     )
@@ -624,16 +670,11 @@ class Cleaner:
             cleaned.flush()
             mtime = group[-1].log.mtime_ms() / 1000
             os.utime(cleaned.log.path, (mtime, mtime))
-            self.check_done(log.tp)
+            self.check_done(tp)
         except BaseException:
             cleaned.delete_files()  # still .cleaned: nothing else refers to them
             raise
-        # From here the files belong to the swap protocol: if it fails midway its renames are
-        # completed or rolled back by the loader; deleting them here could lose the data.
-        if not log.replace_segments([cleaned], group):
-            cleaned.delete_files()
         stats.bytes_written += output.bytes_written
-        stats.segments_replaced += len(group)
         return cleaned
 
     def _filter_batch(  # noqa: PLR0917 - Kafka's filterTo, one decision table
@@ -753,7 +794,13 @@ class Cleaner:
 
     # -- reading ---------------------------------------------------------------------------
     def _batches(
-        self, log: Log, segment: LogSegment, position: int, stats: CleanerStats, *, for_map: bool
+        self,
+        tp: TopicPartition,
+        segment: SegmentSource,
+        position: int,
+        stats: CleanerStats,
+        *,
+        for_map: bool,
     ) -> Iterator[RecordBatch]:
         """Validated batches of ``segment`` from ``position``; a corrupt batch raises
         :class:`CorruptRecordError` naming the file and position (the partition then becomes
@@ -765,7 +812,7 @@ class Cleaner:
                 batch.validate()
             except CorruptRecordError as exc:
                 raise CorruptRecordError(
-                    f"{log.tp}: {segment.log.path} at position {batch_position}: {exc}"
+                    f"{tp}: {segment.log.path} at position {batch_position}: {exc}"
                 ) from exc
             size = batch.size_bytes
             end = batch_position + size
@@ -776,14 +823,14 @@ class Cleaner:
             since_check += size
             if since_check >= _CHECK_EVERY_BYTES:
                 self._throttle(since_check)
-                self.check_done(log.tp)
+                self.check_done(tp)
                 since_check = 0
             yield batch
         self._throttle(since_check)
         # batches() stops quietly at a torn tail; a sealed segment must end on a batch boundary.
         if end < segment.log.size_bytes:
             raise CorruptRecordError(
-                f"{log.tp}: {segment.log.path}: {segment.log.size_bytes - end} bytes at position "
+                f"{tp}: {segment.log.path}: {segment.log.size_bytes - end} bytes at position "
                 f"{end} do not form a complete batch"
             )
 

@@ -54,6 +54,7 @@ READ_OPTIONS: Final = frozenset(
         "failondataloss",
         "includeheaders",
         "maxrecordsperbatch",
+        "pushdown",
     }
 )
 
@@ -86,7 +87,8 @@ def check_known(options: Mapping[str, str], known: frozenset[str], what: str) ->
         )
 
 
-def data_dirs_of(options: Mapping[str, str]) -> list[str]:
+def data_dirs_of(given: Mapping[str, str]) -> list[str]:
+    options = {key.lower(): value for key, value in given.items()}
     raw = options.get("paths") or options.get("path")
     if not raw:
         raise PipelineError("option path is required: the data dir(s), comma-separated")
@@ -110,6 +112,9 @@ class ReadSpec:
     fail_on_data_loss: bool
     include_headers: bool
     max_records_per_batch: int
+    #: Push ``where`` filters on partition/offset/timestamp into the plan (opt-in; see
+    #: :class:`storagepipeline.source.PushdownReader` for why).
+    pushdown: bool = False
 
     @property
     def read_options(self) -> ReadOptions:
@@ -158,8 +163,10 @@ def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, di
     return result
 
 
-def parse_read_options(options: Mapping[str, str]) -> ReadSpec:
-    check_known(options, READ_OPTIONS, "logkeeper read")
+def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
+    check_known(given, READ_OPTIONS, "logkeeper read")
+    # Spark's option maps are case-insensitive (keys arrive lower-cased); so are ours.
+    options = {key.lower(): value for key, value in given.items()}
     topics_raw = options.get("topic") or options.get("subscribe")
     pattern = options.get("topicpattern") or options.get("subscribepattern")
     topics = tuple(t.strip() for t in str(topics_raw).split(",") if t.strip()) if topics_raw else ()
@@ -198,6 +205,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadSpec:
         fail_on_data_loss=_flag(options, "failOnDataLoss", True),
         include_headers=_flag(options, "includeHeaders", True),
         max_records_per_batch=batch_rows,
+        pushdown=_flag(options, "pushdown", False),
     )
 
 

@@ -19,8 +19,8 @@ SESSION_CONFIG = {
     "spark.ui.enabled": "false",
     # The progress bar writes \r lines into stdout, which the CLI's tables share.
     "spark.ui.showConsoleProgress": "false",
-    # The data source pushes partition/offset/timestamp filters down (Spark refuses a source
-    # that implements pushFilters unless this is on).
+    # With option pushdown=true the data source pushes partition/offset/timestamp filters down
+    # (Spark refuses a reader that implements pushFilters unless this is on).
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     # Keep shuffle partitions small for per-partition jobs on small machines.

@@ -83,22 +83,17 @@ def _timestamp_ms(value: Any) -> int | None:
 
 
 class LogkeeperReader(DataSourceReader):
+    """Reads the planned units. Pruning comes from the options (``startingOffsets`` and
+    friends, through the offset and time indexes); :class:`PushdownReader` adds ``where``
+    filters when the ``pushdown`` option asks for it."""
+
     def __init__(self, spec: plan.ReadSpec, schema: StructType) -> None:
         self.spec = spec
         self.schema = schema
         self.pushdown = plan.Pushdown()
 
-    # -- filters -------------------------------------------------------------------------------
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
-        """Partition, topic and offset filters are applied exactly (offsets through the offset
-        index); a lower bound on timestamp skips segments (time index) and batches, and is also
-        given back to Spark. In the ``latest`` view only lower offset bounds are pushed: an upper
-        bound changes which record is the latest for a key."""
-        for item in filters:
-            if not self._push(item):
-                yield item
-
-    def _push(self, item: Filter) -> bool:
+    def push(self, item: Filter) -> bool:
+        """Record ``item`` in :attr:`pushdown`; True when it needs no evaluation by Spark."""
         attribute: tuple[str, ...] = getattr(item, "attribute", ())
         column = attribute[0] if len(attribute) == 1 else None
         push = self.pushdown
@@ -178,6 +173,24 @@ class LogkeeperReader(DataSourceReader):
         yield from ArrowBuilder(self.schema, unit, self.spec.max_records_per_batch).batches(rows)
         if counters.corrupt_batches or counters.fallbacks or counters.lost_offsets:
             logger.warning("%s-%d read: %s", unit.topic, unit.partition, counters)
+
+
+class PushdownReader(LogkeeperReader):
+    """``pushdown=true``: partition, topic and offset filters are applied exactly (offsets
+    through the offset index); a lower bound on timestamp skips segments (time index) and
+    batches, and is also given back to Spark. In the ``latest`` view only lower offset bounds
+    are pushed: an upper bound changes which record is the latest for a key.
+
+    Opt-in because pyspark 4.3 caches a scan's planned partitions on the loaded DataFrame: a
+    query *without* filters on a DataFrame that was queried *with* pushed filters reuses the
+    narrowed plan and silently returns too few rows (see the README). Load a fresh DataFrame
+    per query when this is on.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
+        for item in filters:
+            if not self.push(item):
+                yield item
 
 
 def _typed_records(
@@ -286,7 +299,8 @@ class LogkeeperDataSource(DataSource):
         return False
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LogkeeperReader(plan.parse_read_options(dict(self.options)), schema)
+        spec = plan.parse_read_options(dict(self.options))
+        return (PushdownReader if spec.pushdown else LogkeeperReader)(spec, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return LogkeeperWriter(dict(self.options), schema, overwrite)

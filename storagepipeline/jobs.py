@@ -1,0 +1,298 @@
+"""The ``snapshot`` and ``stats`` jobs (``compact`` is :mod:`storagepipeline.compact`).
+
+``snapshot`` writes the compacted state of topics as a Parquet table plus a manifest of the log
+offsets it covers; the next run reads only the offsets after them and writes the changes (upserts
+and deletes). Each run's table is written to a temporary directory and renamed into place, then
+the manifest is replaced atomically: a failed run leaves the previous state as it was.
+
+``stats`` reads the logs and reports, per topic-partition, what an operator asks before tuning
+retention or compaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
+
+from storagecore import TopicPartition
+from storagecore import files as core_files
+from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore.errors import CorruptCheckpointError
+from storagepipeline.logdirs import (
+    DataLossError,
+    PartitionSnapshot,
+    PipelineError,
+    partition_dirs,
+    select_partitions,
+    snapshot_partition,
+)
+
+MANIFEST: Final = "_manifest.json"
+MANIFEST_VERSION: Final = 1
+
+
+def _reader(
+    spark: SparkSession, data_dirs: Sequence[str], topics: Sequence[str], pattern: str | None
+) -> Any:
+    reader = spark.read.format("logkeeper").option("path", ",".join(data_dirs))
+    if topics:
+        reader = reader.option("topic", ",".join(topics))
+    if pattern:
+        reader = reader.option("topicPattern", pattern)
+    return reader
+
+
+def _snapshots(
+    data_dirs: Sequence[str], topics: Sequence[str], pattern: str | None
+) -> dict[TopicPartition, PartitionSnapshot]:
+    if not topics and not pattern:
+        raise PipelineError("give at least one topic or a topic pattern")
+    selected = select_partitions(partition_dirs(data_dirs), topics=topics, pattern=pattern)
+    if not selected:
+        raise PipelineError(f"no partitions match topics {list(topics)} / pattern {pattern!r}")
+    return {tp: snapshot_partition(tp, path) for tp, path in selected.items()}
+
+
+def _offsets_json(offsets: dict[TopicPartition, int]) -> str:
+    by_topic: dict[str, dict[str, int]] = {}
+    for tp, offset in sorted(offsets.items()):
+        by_topic.setdefault(tp.topic, {})[str(tp.partition)] = offset
+    return json.dumps(by_topic)
+
+
+# -- snapshot ------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class SnapshotRun:
+    run_id: str
+    kind: str
+    path: str
+    rows: int
+    deletes: int
+    start_offsets: dict[str, int]
+    end_offsets: dict[str, int]
+
+
+def read_manifest(output: Path) -> dict[str, Any]:
+    path = output / MANIFEST
+    if not path.exists():
+        return {"version": MANIFEST_VERSION, "runs": []}
+    try:
+        manifest: dict[str, Any] = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PipelineError(f"snapshot manifest {path} is not JSON: {exc}") from exc
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise PipelineError(f"snapshot manifest {path}: unknown version {manifest.get('version')}")
+    return manifest
+
+
+def _latest_per_key(df: DataFrame) -> DataFrame:
+    """For each (topic, partition, key) the highest-offset record (tombstones included)."""
+    keyed = df.where(F.col("key").isNotNull())
+    record = F.struct("offset", "value", "timestamp", "headers")
+    return (
+        keyed.groupBy("topic", "partition", "key")
+        .agg(F.max_by(record, "offset").alias("r"))
+        .select(
+            "topic",
+            "partition",
+            "key",
+            F.col("r.value").alias("value"),
+            F.col("r.headers").alias("headers"),
+            F.col("r.offset").alias("offset"),
+            F.col("r.timestamp").alias("timestamp"),
+            F.col("r.value").isNull().alias("deleted"),
+        )
+    )
+
+
+def snapshot(
+    spark: SparkSession,
+    data_dirs: Sequence[str],
+    output: str,
+    *,
+    topics: Sequence[str] = (),
+    pattern: str | None = None,
+    fail_on_data_loss: bool = True,
+) -> SnapshotRun:
+    """Export the live keys (first run) or the changes since the last run (later runs)."""
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(out)
+    previous: dict[str, int] = manifest["runs"][-1]["end_offsets"] if manifest["runs"] else {}
+    snaps = _snapshots(data_dirs, topics, pattern)
+    starts: dict[TopicPartition, int] = {}
+    ends: dict[TopicPartition, int] = {}
+    for tp, snap in snaps.items():
+        start = previous.get(str(tp), snap.log_start_offset)
+        if start < snap.log_start_offset:
+            message = (
+                f"{tp}: the last snapshot ends at offset {start} but the log now starts at "
+                f"{snap.log_start_offset}: records in between were deleted unseen"
+            )
+            if fail_on_data_loss:
+                raise DataLossError(message + " (fail_on_data_loss=False exports from the start)")
+            start = snap.log_start_offset
+        starts[tp] = min(start, snap.log_end_offset)
+        ends[tp] = snap.log_end_offset
+    kind = "changes" if manifest["runs"] else "full"
+    df = (
+        _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}), None)
+        .option("startingOffsets", _offsets_json(starts))
+        .option("endingOffsets", _offsets_json(ends))
+        .option("failOnDataLoss", str(fail_on_data_loss).lower())
+        .load()
+    )
+    table = _latest_per_key(df)
+    if kind == "full":
+        table = table.where(~F.col("deleted"))
+    run_id = f"{len(manifest['runs']) + 1:05d}-{kind}"
+    final = out / run_id
+    temporary = out / f".{run_id}.{uuid.uuid4().hex}.tmp"
+    try:
+        table.write.parquet(str(temporary))
+        counts = (
+            spark.read.parquet(str(temporary))
+            .agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.sum(F.col("deleted").cast("int")).alias("deletes"),
+            )
+            .first()
+        )
+        os.replace(temporary, final)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    run = SnapshotRun(
+        run_id=run_id,
+        kind=kind,
+        path=str(final),
+        rows=int(counts["rows"] or 0) if counts else 0,
+        deletes=int(counts["deletes"] or 0) if counts else 0,
+        start_offsets={str(tp): offset for tp, offset in sorted(starts.items())},
+        end_offsets={str(tp): offset for tp, offset in sorted(ends.items())},
+    )
+    manifest["runs"].append({**dataclasses.asdict(run), "created_ms": int(time.time() * 1000)})
+    staged = out / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
+    staged.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(staged, out / MANIFEST)
+    return run
+
+
+# -- stats ---------------------------------------------------------------------------------------
+def _cleaner_checkpoints(data_dirs: Sequence[str]) -> dict[TopicPartition, int]:
+    result: dict[TopicPartition, int] = {}
+    for data_dir in data_dirs:
+        path = Path(data_dir) / core_files.CLEANER_OFFSET_CHECKPOINT
+        if path.exists():
+            try:
+                result.update(OffsetCheckpointFile(path).read())
+            except CorruptCheckpointError:
+                continue
+    return result
+
+
+def dirty_ratio(snap: PartitionSnapshot, first_dirty: int | None) -> float:
+    """The cleaner's ratio: dirty bytes / bytes of the sealed segments (0 without any)."""
+    sealed = [ref for ref in snap.segments if not ref.active]
+    total = sum(ref.size_bytes for ref in sealed)
+    if not total:
+        return 0.0
+    start = snap.log_start_offset if first_dirty is None else first_dirty
+    dirty = sum(ref.size_bytes for ref in sealed if ref.end_offset > start)
+    return dirty / total
+
+
+def stats(
+    spark: SparkSession,
+    data_dirs: Sequence[str],
+    *,
+    topics: Sequence[str] = (),
+    pattern: str | None = None,
+    output: str | None = None,
+) -> list[dict[str, Any]]:
+    """Per topic-partition figures (records, bytes, keys, tombstones, dirty ratio, sizes, times)."""
+    snaps = _snapshots(data_dirs, topics, pattern)
+    df = _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}), None).load()
+    key_size = F.length("key")
+    value_size = F.length("value")
+    quantiles = [0.5, 0.9, 0.99]
+    figures = (
+        df.groupBy("topic", "partition")
+        .agg(
+            F.count(F.lit(1)).alias("records"),
+            F.countDistinct("key").alias("distinct_keys"),
+            F.sum(F.col("value").isNull().cast("int")).alias("tombstones"),
+            F.percentile_approx(key_size, quantiles).alias("key_size_p50_p90_p99"),
+            F.max(key_size).alias("key_size_max"),
+            F.percentile_approx(value_size, quantiles).alias("value_size_p50_p90_p99"),
+            F.max(value_size).alias("value_size_max"),
+            F.min("timestamp").alias("oldest_timestamp"),
+            F.max("timestamp").alias("newest_timestamp"),
+        )
+        .collect()
+    )
+    checkpoints = _cleaner_checkpoints(data_dirs)
+    rows: list[dict[str, Any]] = []
+    by_tp = {TopicPartition(r["topic"], r["partition"]): r.asDict() for r in figures}
+    for tp, snap in sorted(snaps.items()):
+        row = by_tp.get(tp, {"topic": tp.topic, "partition": tp.partition, "records": 0})
+        row.update(
+            log_start_offset=snap.log_start_offset,
+            log_end_offset=snap.log_end_offset,
+            segments=len(snap.segments),
+            size_bytes=sum(ref.size_bytes for ref in snap.segments),
+            dirty_ratio=round(dirty_ratio(snap, checkpoints.get(tp)), 4),
+        )
+        rows.append(row)
+    if output:
+        temporary = Path(output).with_name(f".{Path(output).name}.{uuid.uuid4().hex}.tmp")
+        try:
+            spark.createDataFrame(rows).write.parquet(str(temporary))
+            if Path(output).exists():
+                raise PipelineError(f"stats output {output} exists; choose a new path")
+            os.replace(temporary, output)
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
+    return rows
+
+
+STATS_COLUMNS: Final = (
+    "topic",
+    "partition",
+    "records",
+    "size_bytes",
+    "segments",
+    "distinct_keys",
+    "tombstones",
+    "dirty_ratio",
+    "key_size_p50_p90_p99",
+    "value_size_p50_p90_p99",
+    "oldest_timestamp",
+    "newest_timestamp",
+)
+
+
+def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = STATS_COLUMNS) -> str:
+    """A plain-text table (the CLI's output)."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, list):
+            return "/".join(str(v) for v in value)
+        return "-" if value is None else str(value)
+
+    table = [list(columns)] + [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+        for line in table
+    )

@@ -1,0 +1,345 @@
+"""The ``logkeeper`` data source on local[2] Spark, against logs written by the storage core.
+
+Every expectation comes from a model of what was written (offsets assigned from 0 in append
+order), never from the reader itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from storagecore import Compression, NewRecord
+from storagecore.records import layout
+from storagepipeline import plan
+from storagepipeline.source import SCHEMA, LogkeeperInputPartition, LogkeeperReader
+from tests.integration.storagepipeline.conftest import START_MS, write_log
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+Model = dict[
+    int, list[tuple[int, bytes | None, bytes | None, int, tuple[tuple[str, bytes | None], ...]]]
+]
+
+
+def build(
+    data_dir: Path,
+    topic: str,
+    *,
+    partitions: int = 2,
+    batches: int = 40,
+    per_batch: int = 5,
+    keys: int = 9,
+    codec: Compression = Compression.NONE,
+    config: dict[str, object] | None = None,
+    seed: int = 1,
+    keyless: float = 0.03,
+) -> Model:
+    """A log with headers, tombstones, a keyless record now and then; returns the model."""
+    rng = random.Random(seed)
+    written: dict[int, list[list[NewRecord]]] = {}
+    model: Model = {}
+    for partition in range(partitions):
+        offset = 0
+        for b in range(batches):
+            batch: list[NewRecord] = []
+            for i in range(per_batch):
+                key = None if rng.random() < keyless else f"k{rng.randrange(keys)}".encode()
+                value = None if (key is not None and rng.random() < 0.1) else rng.randbytes(20)
+                headers = (("trace", f"{b}.{i}".encode()), ("empty", None)) if i % 2 else ()
+                timestamp = START_MS + b * 1000 + i
+                batch.append(NewRecord(key=key, value=value, timestamp=timestamp, headers=headers))
+                model.setdefault(partition, []).append((offset, key, value, timestamp, headers))
+                offset += 1
+            written.setdefault(partition, []).append(batch)
+    write_log(data_dir, topic, written, codec=codec, config=config)
+    return model
+
+
+def rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted(
+        (
+            r["partition"],
+            r["offset"],
+            None if r["key"] is None else bytes(r["key"]),
+            None if r["value"] is None else bytes(r["value"]),
+            int(r["timestamp"].replace(tzinfo=datetime.UTC).timestamp() * 1000),
+            tuple(
+                (h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]
+            ),
+        )
+        for r in df.collect()
+    )
+
+
+def expected(model: Model, keep: Any = lambda p, o: True) -> list[tuple[Any, ...]]:
+    return sorted(
+        (p, o, k, v, t, h)
+        for p, records in model.items()
+        for (o, k, v, t, h) in records
+        if keep(p, o)
+    )
+
+
+def read(spark: SparkSession, data_dir: Path, topic: str, **options: str) -> Any:
+    reader = spark.read.format("logkeeper").option("path", str(data_dir)).option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+# -- formats -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("codec", list(Compression), ids=lambda c: c.config_name)
+def test_every_codec_reads_back_exactly(
+    spark: SparkSession, tmp_path: Path, codec: Compression
+) -> None:
+    model = build(tmp_path, "orders", codec=codec)
+    df = read(spark, tmp_path, "orders")
+    assert df.schema == SCHEMA
+    assert rows(df) == expected(model)
+    # One Spark partition per segment: the 4 KiB segments of two partitions.
+    segments = len(list(tmp_path.glob("orders-*/*.log")))
+    assert segments > 2 and df.rdd.getNumPartitions() == segments
+    assert {r["timestampType"] for r in df.select("timestampType").collect()} == {0}
+    assert {r["topic"] for r in df.select("topic").distinct().collect()} == {"orders"}
+
+
+def test_log_append_time_topics_report_timestamp_type_1(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    build(
+        tmp_path,
+        "appended",
+        partitions=1,
+        batches=3,
+        config={"message.timestamp.type": "LogAppendTime"},
+    )
+    df = read(spark, tmp_path, "appended")
+    assert {r["timestampType"] for r in df.collect()} == {1}
+
+
+def test_several_data_dirs_and_a_topic_pattern(spark: SparkSession, tmp_path: Path) -> None:
+    a = build(tmp_path / "vol-a", "orders.eu", partitions=1, batches=5)
+    b = build(tmp_path / "vol-b", "orders.us", partitions=2, batches=5, seed=2)
+    build(tmp_path / "vol-b", "payments", partitions=1, batches=5, seed=3)
+    df = (
+        spark.read.format("logkeeper")
+        .option("path", f"{tmp_path / 'vol-a'},{tmp_path / 'vol-b'}")
+        .option("topicPattern", r"orders\..*")
+        .load()
+    )
+    got = {(r["topic"], r["partition"], r["offset"]) for r in df.collect()}
+    want = {("orders.eu", p, o) for p, recs in a.items() for o, *_ in recs}
+    want |= {("orders.us", p, o) for p, recs in b.items() for o, *_ in recs}
+    assert got == want
+    two = (
+        spark.read.format("logkeeper")
+        .option("path", f"{tmp_path / 'vol-a'},{tmp_path / 'vol-b'}")
+        .option("subscribe", "orders.eu,payments")
+        .load()
+    )
+    assert {r["topic"] for r in two.select("topic").distinct().collect()} == {
+        "orders.eu",
+        "payments",
+    }
+
+
+# -- offsets options (Spark's Kafka source semantics) -------------------------------------------
+def test_starting_and_ending_offsets_json(spark: SparkSession, tmp_path: Path) -> None:
+    model = build(tmp_path, "orders")
+    starting = json.dumps({"orders": {"0": 23, "1": -2}})
+    ending = json.dumps({"orders": {"0": 150, "1": -1}})
+    df = read(spark, tmp_path, "orders", startingOffsets=starting, endingOffsets=ending)
+    assert rows(df) == expected(model, lambda p, o: (23 <= o < 150) if p == 0 else True)
+
+
+def test_starting_timestamp_is_the_first_offset_at_or_after_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    model = build(tmp_path, "orders")
+    cut = START_MS + 17 * 1000 + 2  # batch 17, record 2
+    df = read(spark, tmp_path, "orders", startingTimestamp=str(cut))
+    # Timestamps increase with offsets here, so "from the first offset >= cut" is every record
+    # whose timestamp is >= cut.
+    assert rows(df) == expected(model, lambda p, o: model[p][o][3] >= cut)
+    after_all = START_MS + 10**9
+    with pytest.raises(Exception, match="no record has a timestamp >= startingTimestamp"):
+        read(spark, tmp_path, "orders", startingTimestamp=str(after_all)).collect()
+    empty = read(
+        spark,
+        tmp_path,
+        "orders",
+        startingTimestamp=str(after_all),
+        startingOffsetsByTimestampStrategy="latest",
+    )
+    assert empty.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets=latest is not allowed"),
+        ({"endingOffsets": "earliest"}, "endingOffsets=earliest is not allowed"),
+        ({"startingOffsets": '{"orders":{"0":1}}'}, "missing: orders-1"),
+        ({"startingOffsets": '{"orders":{"0":1,"1":2,"7":0}}'}, "orders-7"),
+        ({"endingOffsets": '{"orders":{"0":100000,"1":1}}'}, "beyond the log end offset"),
+        ({"startingOffsets": "{nope"}, "startingOffsets must be earliest, latest or JSON"),
+        ({"colour": "blue"}, "unknown logkeeper read option"),
+        ({"view": "compacted"}, "view must be one of log, latest"),
+        ({"failOnCorruption": "maybe"}, "failOnCorruption must be true or false"),
+    ],
+)
+def test_bad_options_name_the_option(
+    spark: SparkSession, tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    build(tmp_path, "orders", batches=5)
+    with pytest.raises(Exception, match=message):
+        read(spark, tmp_path, "orders", **options).collect()
+
+
+def test_unknown_topic_is_named(spark: SparkSession, tmp_path: Path) -> None:
+    build(tmp_path, "orders", batches=2)
+    with pytest.raises(Exception, match="unknown topic 'ordres'"):
+        read(spark, tmp_path, "ordres").collect()
+
+
+def test_options_are_checked_without_spark(tmp_path: Path) -> None:
+    with pytest.raises(plan.PipelineError, match="option path is required"):
+        plan.parse_read_options({"topic": "x"})
+    with pytest.raises(plan.PipelineError, match="topic .* or topicPattern is required"):
+        plan.parse_read_options({"path": str(tmp_path)})
+
+
+# -- pushdown ------------------------------------------------------------------------------------
+def test_pushdown_prunes_the_plan_by_partition_offset_and_timestamp(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    model = build(tmp_path, "orders", batches=80)
+    segments = len(list(tmp_path.glob("orders-*/*.log")))
+
+    def fresh() -> Any:  # one load per query: see PushdownReader on pyspark's plan cache
+        return read(spark, tmp_path, "orders", pushdown="true")
+
+    narrowed = fresh().where("partition = 1 AND offset >= 300 AND offset < 320")
+    assert rows(narrowed) == expected(model, lambda p, o: p == 1 and 300 <= o < 320)
+    # Only the segment(s) holding offsets [300, 320) of partition 1 are planned.
+    assert narrowed.rdd.getNumPartitions() <= 2 < segments
+    cut = datetime.datetime.fromtimestamp((START_MS + 70_000) / 1000, datetime.UTC)
+    recent = fresh().where(f"timestamp >= '{cut.isoformat()}'")
+    assert rows(recent) == expected(model, lambda p, o: model[p][o][3] >= START_MS + 70_000)
+    assert recent.rdd.getNumPartitions() < segments
+    assert fresh().where("offset > 5 AND offset < 3").count() == 0
+    assert fresh().where("topic = 'elsewhere'").count() == 0
+
+
+def test_without_pushdown_a_reused_dataframe_stays_correct(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    model = build(tmp_path, "orders", batches=20)
+    df = read(spark, tmp_path, "orders")
+    assert rows(df.where("partition = 1 AND offset >= 30")) == expected(
+        model, lambda p, o: p == 1 and o >= 30
+    )
+    assert rows(df) == expected(model)  # the filtered query did not narrow this one
+
+
+# -- the compacted view --------------------------------------------------------------------------
+def latest_model(model: Model) -> list[tuple[Any, ...]]:
+    result = []
+    for p, records in model.items():
+        last: dict[bytes, tuple[Any, ...]] = {}
+        for record in records:
+            if record[1] is not None:
+                last[record[1]] = record
+        result.extend((p, *r) for r in last.values() if r[2] is not None)
+    return sorted(result)
+
+
+def test_latest_view_keeps_the_last_record_per_key_without_tombstones(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    model = build(tmp_path, "profiles", keys=30, batches=60)
+    df = read(spark, tmp_path, "profiles", view="latest")
+    assert rows(df) == latest_model(model)
+    # An offset lower bound is pushed down; an upper bound is not (it would change "latest").
+    later = df.where("offset >= 100")
+    assert rows(later) == [r for r in latest_model(model) if r[1] >= 100]
+    earlier = df.where("offset < 100")
+    assert rows(earlier) == [r for r in latest_model(model) if r[1] < 100]
+
+
+# -- corruption ----------------------------------------------------------------------------------
+def test_a_corrupt_batch_fails_the_read_with_file_and_position_or_is_skipped(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    model = build(tmp_path, "orders", partitions=1, batches=30)
+    segment = sorted((tmp_path / "orders-0").glob("*.log"))[1]
+    data = bytearray(segment.read_bytes())
+    length = int.from_bytes(data[8:12], "big") + layout.LOG_OVERHEAD
+    second = length  # the second batch of this segment
+    data[second + layout.RECORDS_OFFSET + 3] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=f"{segment.name} at position {second}: .*CRC mismatch"):
+        read(spark, tmp_path, "orders").collect()
+    skipped = read(spark, tmp_path, "orders", failOnCorruption="false")
+    base = int(segment.name.split(".")[0])
+    # Which offsets the second batch of the segment held: 5 records per batch.
+    lost = set(range(base + 5, base + 10))
+    assert rows(skipped) == expected(model, lambda p, o: o not in lost)
+
+
+# -- snapshot consistency (the reader driven directly, without Spark) ---------------------------
+def _read_all(reader: LogkeeperReader, parts: list[Any]) -> list[tuple[int, int, bytes | None]]:
+    out = []
+    for part in parts:
+        for batch in reader.read(part):
+            d = batch.to_pydict()
+            out.extend(zip(d["partition"], d["offset"], d["value"], strict=True))
+    return sorted(out)
+
+
+def test_a_planned_read_survives_cleaning_and_deletion_of_its_segments(tmp_path: Path) -> None:
+    from storagecore import LogConfig, LogManager, ManualClock
+    from storagecore.cleaner import CleanerConfig
+    from storagecore.log_cleaner import LogCleaner
+
+    config = {"cleanup.policy": "compact,delete", "file.delete.delay.ms": 60_000}
+    model = build(tmp_path, "profiles", partitions=1, keys=5, batches=60, config=config, keyless=0)
+    spec = plan.parse_read_options({"path": str(tmp_path), "topic": "profiles"})
+    reader = LogkeeperReader(spec, SCHEMA)
+    parts = [p for p in reader.partitions() if isinstance(p, LogkeeperInputPartition)]
+    before = _read_all(reader, parts)
+    assert before == sorted((0, o, v) for o, _k, v, _t, _h in model[0])
+    # The worker's cleaner rewrites every sealed segment, then retention moves the start.
+    log_config = LogConfig.from_topic_config({"segment.bytes": 4096, **config})
+    clock = ManualClock(START_MS + 10**6)
+    with LogManager([tmp_path], config_for={"profiles": log_config}, clock=clock) as manager:
+        LogCleaner(manager, CleanerConfig(), clock=clock).clean_until_done()
+        log = manager.get_log(next(iter(manager.logs)))
+        assert list(tmp_path.glob("profiles-0/*.deleted")), "the cleaner renamed old segments"
+        # Within file.delete.delay.ms: the planned read sees exactly the planned bytes.
+        assert _read_all(reader, parts) == before
+        log.delete_expired_files(force=True)
+        # After it: the cleaned successors (same offsets, fewer records) are read instead.
+        after = _read_all(reader, parts)
+        assert set(after) < set(before) and after
+        assert all(o < 300 for _p, o, _v in after)
+        log.maybe_increment_log_start_offset(150, "test")
+        log.delete_old_segments()
+        log.delete_expired_files(force=True)
+    with pytest.raises(plan.DataLossError, match="were deleted"):
+        _read_all(reader, parts)
+    lenient = LogkeeperReader(
+        plan.parse_read_options(
+            {"path": str(tmp_path), "topic": "profiles", "failOnDataLoss": "false"}
+        ),
+        SCHEMA,
+    )
+    remaining = _read_all(lenient, parts)
+    assert remaining and all(o >= 150 for _p, o, _v in remaining)
