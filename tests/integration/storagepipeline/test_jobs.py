@@ -117,9 +117,12 @@ def test_compact_refuses_a_locked_dir_and_a_delete_topic(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     config = write_log(tmp_path, "profiles", traffic(1, 10, 5), config=COMPACTED)
-    with LogManager([tmp_path], config_for={"profiles": config}):
-        with pytest.raises(PipelineError, match="compact runs only where no worker holds the dir"):
-            compact(spark, str(tmp_path), topics=["profiles"], configs={"profiles": config})
+    locked = "compact runs only where no worker holds the dir"
+    with (
+        LogManager([tmp_path], config_for={"profiles": config}),
+        pytest.raises(PipelineError, match=locked),
+    ):
+        compact(spark, str(tmp_path), topics=["profiles"], configs={"profiles": config})
     delete = LogConfig.from_topic_config({"cleanup.policy": "delete"})
     with pytest.raises(PipelineError, match="profiles-0: cleanup.policy is delete"):
         compact(spark, str(tmp_path), topics=["profiles"], configs={"profiles": delete})
