@@ -8,6 +8,7 @@ printed as one ``logkeeper: error: ...`` line naming the thing, with exit status
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -165,6 +166,64 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the stats of each round as JSON")
 
     p = sub.add_parser(
+        "spark",
+        help="PySpark jobs over log dirs: compact, snapshot, stats (needs the spark extra)",
+        description=(
+            "Runs a storagepipeline job on Spark (default local[2]; --master for a cluster, "
+            "whose executors must see the same data dirs)."
+        ),
+    )
+    jobs = p.add_subparsers(dest="job", required=True, metavar="JOB")
+
+    def spark_args(job: argparse.ArgumentParser, *, several_dirs: bool) -> None:
+        job.add_argument(
+            "--dir",
+            required=True,
+            action="append" if several_dirs else "store",
+            type=Path,
+            help="data dir" + (" (repeatable: several volumes)" if several_dirs else ""),
+        )
+        job.add_argument("--topic", action="append", default=[], help="topic (repeatable)")
+        job.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+
+    j = jobs.add_parser(
+        "compact",
+        help="distributed compaction of the compacted topics of a data dir no worker holds",
+        description=(
+            "Kafka's log cleaning with the offset map built by a Spark aggregation and the "
+            "segments rewritten in parallel; the result is swapped in with the crash-safe "
+            "protocol. Topic configs come from --topics (cleanup.policy must include compact); "
+            "without --topic, every partition whose declared topic is compacted is cleaned; "
+            "a --topic not declared in --topics is compacted with Kafka's defaults."
+        ),
+    )
+    spark_args(j, several_dirs=False)
+    j.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
+    j.add_argument("--now-ms", type=int, help="clean as of this epoch-ms time (horizons, lags)")
+    j.add_argument("--json", action="store_true", help="print the per-partition stats as JSON")
+    j = jobs.add_parser(
+        "snapshot",
+        help="export the live keys of topics as Parquet; later runs export only the changes",
+    )
+    spark_args(j, several_dirs=True)
+    j.add_argument(
+        "--topic-pattern", help="topics matching this regex (with or instead of --topic)"
+    )
+    j.add_argument("--output", required=True, type=Path, help="table directory (with a manifest)")
+    j.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="export from the log start when records since the last run were deleted unseen",
+    )
+    j = jobs.add_parser("stats", help="per-partition figures: records, keys, tombstones, sizes")
+    spark_args(j, several_dirs=True)
+    j.add_argument(
+        "--topic-pattern", help="topics matching this regex (with or instead of --topic)"
+    )
+    j.add_argument("--output", type=Path, help="also write the figures as Parquet here")
+    j.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = sub.add_parser(
         "serve",
         help="run the per-volume worker over local directories until SIGTERM",
         description=(
@@ -308,6 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve": cmd_serve,
         "operator": cmd_operator,
         "demo": cmd_demo,
+        "spark": cmd_spark,
     }
     try:
         return handlers[args.command](args)
@@ -609,6 +669,63 @@ def cmd_clean(args: argparse.Namespace) -> int:
             for tp, why in sorted(uncleanable.items()):
                 print(f"{tp}: UNCLEANABLE: {why}")
     return 1 if uncleanable else 0
+
+
+def cmd_spark(args: argparse.Namespace) -> int:
+    from storagecore.errors import ConfigError
+
+    try:
+        from storagepipeline import PipelineError, local_session
+        from storagepipeline.compact import compact
+        from storagepipeline.jobs import format_table, snapshot, stats
+    except ImportError as exc:
+        raise ConfigError(
+            f"logkeeper spark needs the spark extra (pip install 'logkeeper[spark]'): {exc}"
+        ) from exc
+    spark = local_session(args.master, f"logkeeper-{args.job}")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        if args.job == "compact":
+            configs = {name: t.config for name, t in _log_dir_topics(args).items()}
+            results = compact(
+                spark, str(args.dir), topics=args.topic, configs=configs, now_ms=args.now_ms
+            )
+            if args.json:
+                print(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+            for r in results if not args.json else ():
+                print(
+                    f"{r.topic}-{r.partition}: cleaned [{r.first_dirty_offset}, {r.end_offset}) "
+                    f"in {r.groups} group(s): {r.stats['messages_read']} records read, "
+                    f"{r.stats['messages_written']} kept, {r.stats['bytes_read']} -> "
+                    f"{r.stats['bytes_written']} bytes"
+                )
+        elif args.job == "snapshot":
+            run = snapshot(
+                spark,
+                [str(d) for d in args.dir],
+                str(args.output),
+                topics=args.topic,
+                pattern=args.topic_pattern,
+                fail_on_data_loss=not args.allow_data_loss,
+            )
+            print(
+                f"{run.kind} snapshot {run.run_id}: {run.rows} row(s), {run.deletes} delete(s) "
+                f"-> {run.path}"
+            )
+        else:
+            rows = stats(
+                spark,
+                [str(d) for d in args.dir],
+                topics=args.topic,
+                pattern=args.topic_pattern,
+                output=None if args.output is None else str(args.output),
+            )
+            print(json.dumps(rows, indent=2, default=str) if args.json else format_table(rows))
+    except PipelineError as exc:
+        raise ConfigError(str(exc)) from exc
+    finally:
+        spark.stop()
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -258,13 +258,23 @@ def compact(
         manager.shutdown()
 
 
+def _config_is_compact(manager: LogManager, topic: str) -> bool:
+    return manager.config_for(topic).compact
+
+
 def _default_config() -> LogConfig:
     return LogConfig.from_topic_config({"cleanup.policy": "compact"})
 
 
 def _selected(
-    manager: LogManager, topics: Sequence[str], partitions: Sequence[TopicPartition]
+    manager: LogManager,
+    topics: Sequence[str],
+    partitions: Sequence[TopicPartition],
+    declared: Iterable[str],
 ) -> list[TopicPartition]:
+    """The named partitions (each must exist and be compacted); without names, every
+    partition of a ``declared`` topic (one given a config) whose policy includes compact."""
+    declared = {t for t in declared if _config_is_compact(manager, t)}
     present = sorted(manager.logs)
     wanted = set(partitions)
     for topic in topics:
@@ -275,8 +285,13 @@ def _selected(
     missing = sorted(str(tp) for tp in wanted if tp not in manager.logs)
     if missing:
         raise PipelineError(f"unknown partition(s) {', '.join(missing)}")
-    if not wanted:
-        raise PipelineError("compact needs at least one topic or partition")
+    if not topics and not partitions:
+        wanted = {tp for tp in present if tp.topic in declared}
+        if not wanted:
+            raise PipelineError(
+                "no topic given and no partition of a declared compacted topic in "
+                f"{manager.log_dirs[0]}"
+            )
     for tp in wanted:
         if not manager.get_log(tp).config.compact:
             raise PipelineError(
@@ -295,7 +310,7 @@ def _compact_locked(  # noqa: PLR0917 - one job's state
     configs: Mapping[str, LogConfig],
     now: int,
 ) -> list[CompactResult]:
-    selected = _selected(manager, topics, partitions)
+    selected = _selected(manager, topics, partitions, configs)
     checkpoints = LogCleanerManager([root])
     saved = checkpoints.all_checkpoints()
     map_tasks: list[_MapTask] = []

@@ -40,6 +40,8 @@ _TIME_ENTRY: Final = struct.Struct(">qi")
 #: How long a planner waits for a worker's segment swap (``.swap`` files present) to finish.
 _SWAP_WAIT_S: Final = 5.0
 _SWAP_POLL_S: Final = 0.02
+#: How many times a planner lists a partition whose segments change under it.
+_SNAPSHOT_ATTEMPTS: Final = 50
 
 
 class PipelineError(Exception):
@@ -253,14 +255,44 @@ def _end_offset(records: FileRecords, base_offset: int) -> int:
 
 
 def snapshot_partition(tp: TopicPartition, directory: Path) -> PartitionSnapshot:
-    """Pin the partition's current segments (see the module docstring)."""
+    """Pin the partition's current segments (see the module docstring).
+
+    A listed file that is gone when opened means the worker swapped or deleted segments
+    between the listing and the open (a cleaned group keeps its first segment's name, so the
+    other names vanish): the snapshot is then taken again from a fresh listing.
+    """
+    for _attempt in range(_SNAPSHOT_ATTEMPTS):
+        refs = _pin(directory)
+        if refs is not None:
+            break
+        time.sleep(_SWAP_POLL_S)
+    else:
+        raise PipelineError(
+            f"{directory}: segments kept changing while being listed "
+            f"({_SNAPSHOT_ATTEMPTS} attempts); retry the read"
+        )
+    log_end = refs[-1].end_offset if refs else 0
+    first_base = refs[0].base_offset if refs else 0
+    log_start = min(max(read_log_start_offset(directory), first_base), log_end)
+    return PartitionSnapshot(
+        topic=tp.topic,
+        partition=tp.partition,
+        directory=str(directory),
+        log_start_offset=log_start,
+        log_end_offset=log_end,
+        segments=tuple(refs),
+    )
+
+
+def _pin(directory: Path) -> list[SegmentRef] | None:
+    """Refs of every listed segment, or None when one vanished before it was opened."""
     logs = _list_logs(directory)
     refs: list[SegmentRef] = []
     for i, (base, path) in enumerate(logs):
         try:
             records = FileRecords(path, create=False, writable=False)
         except FileNotFoundError:
-            continue  # deleted between the listing and now: not part of the snapshot
+            return None
         try:
             stat = os.fstat(records.fd)
             active = i == len(logs) - 1
@@ -279,17 +311,7 @@ def snapshot_partition(tp: TopicPartition, directory: Path) -> PartitionSnapshot
             )
         finally:
             records.close()
-    log_end = refs[-1].end_offset if refs else 0
-    first_base = refs[0].base_offset if refs else 0
-    log_start = min(max(read_log_start_offset(directory), first_base), log_end)
-    return PartitionSnapshot(
-        topic=tp.topic,
-        partition=tp.partition,
-        directory=str(directory),
-        log_start_offset=log_start,
-        log_end_offset=log_end,
-        segments=tuple(refs),
-    )
+    return refs
 
 
 def clip(snapshot: PartitionSnapshot, start: int, end: int) -> list[SegmentRef]:

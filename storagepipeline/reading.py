@@ -29,6 +29,9 @@ from storagepipeline.logdirs import (
 
 logger = logging.getLogger(__name__)
 
+#: How many times a fallback read lists the successors of a replaced segment again.
+_FALLBACK_ATTEMPTS = 50
+
 
 @dataclasses.dataclass(slots=True)
 class ReadCounters:
@@ -68,19 +71,32 @@ def batches(
 def _fallback(
     ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
 ) -> Iterator[RecordBatch]:
+    """The planned offsets from the segments covering them now; a successor that is itself
+    replaced before it is opened (a busy cleaner) makes the rest be listed again."""
     covered = ref.start_offset
-    for current in current_refs(directory, ref.start_offset, ref.end_offset):
-        if current.start_offset > covered:
-            _lost(ref, covered, current.start_offset, options, counters)
-        records = open_pinned(current)
-        if records is None:
-            _lost(ref, current.start_offset, current.end_offset, options, counters)
-        else:
+    for _attempt in range(_FALLBACK_ATTEMPTS):
+        replaced = False
+        for current in current_refs(directory, covered, ref.end_offset):
+            if current.start_offset > covered:
+                # A hole in the current segments: retention (or delete-records) removed it.
+                _lost(ref, covered, current.start_offset, options, counters)
+                covered = current.start_offset
+            records = open_pinned(current)
+            if records is None:
+                replaced = True
+                break
             try:
                 yield from _batches_of(records, current, options, counters)
             finally:
                 records.close()
-        covered = current.end_offset
+            covered = current.end_offset
+        if not replaced:
+            break
+    else:
+        raise CorruptDataError(
+            f"{ref.path}: offsets [{covered}, {ref.end_offset}) kept being replaced while read "
+            f"({_FALLBACK_ATTEMPTS} attempts); retry the read"
+        )
     if covered < ref.end_offset:
         _lost(ref, covered, ref.end_offset, options, counters)
 
