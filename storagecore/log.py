@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import itertools
 import logging
 import random
 import struct
@@ -739,6 +740,10 @@ class Log:
         Returns None when ``batches`` is empty. Raises :class:`RecordTooLargeError` naming the
         partition for a batch above ``max.message.bytes``; nothing is appended then.
         """
+        pending = iter(batches)
+        head = next(pending, None)
+        if head is None:
+            return None
         with self._lock, self._io(f"bulk append to {self.tp}"):
             self._check_usable()
             now_ms = self.clock.milliseconds()
@@ -753,7 +758,7 @@ class Log:
             count = 0
             size_total = 0
             try:
-                for data in batches:
+                for data in itertools.chain((head,), pending):
                     batch = RecordBatch(bytes(data))
                     batch.validate()
                     size = batch.size_bytes
@@ -785,8 +790,6 @@ class Log:
                     count += batch.records_count
                     size_total += size
                     next_offset = last + 1
-                if not new:
-                    return None
                 new[-1].on_become_inactive_segment()
                 for segment in new:
                     segment.flush()
