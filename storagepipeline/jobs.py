@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import time
 import uuid
@@ -24,7 +23,7 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
 
-from storagecore import TopicPartition
+from storagecore import TopicPartition, durability
 from storagecore import files as core_files
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.errors import CorruptCheckpointError
@@ -168,7 +167,7 @@ def snapshot(
             )
             .first()
         )
-        os.replace(temporary, final)
+        durability.rename(temporary, final, sync_parent=True)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
@@ -182,9 +181,8 @@ def snapshot(
         end_offsets={str(tp): offset for tp, offset in sorted(ends.items())},
     )
     manifest["runs"].append({**dataclasses.asdict(run), "created_ms": int(time.time() * 1000)})
-    staged = out / f".{MANIFEST}.{uuid.uuid4().hex}.tmp"
-    staged.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(staged, out / MANIFEST)
+    # The commit point of the run: the manifest names it only once its table is in place.
+    durability.write_atomically(out / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
     return run
 
 
@@ -260,7 +258,7 @@ def stats(
             spark.createDataFrame(rows).write.parquet(str(temporary))
             if Path(output).exists():
                 raise PipelineError(f"stats output {output} exists; choose a new path")
-            os.replace(temporary, output)
+            durability.rename(temporary, Path(output), sync_parent=True)
         finally:
             shutil.rmtree(temporary, ignore_errors=True)
     return rows
