@@ -290,13 +290,9 @@ class LogkeeperDataSource(DataSource):
         return "logkeeper"
 
     def schema(self) -> StructType:
-        if self._is_write():
-            return SCHEMA
+        # Called for reads only (a write takes the DataFrame's schema, checked by the writer).
         spec = plan.parse_read_options(dict(self.options))
         return SCHEMA if spec.include_headers else SCHEMA_WITHOUT_HEADERS
-
-    def _is_write(self) -> bool:
-        return False
 
     def reader(self, schema: StructType) -> DataSourceReader:
         spec = plan.parse_read_options(dict(self.options))
