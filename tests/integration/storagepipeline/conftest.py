@@ -26,8 +26,10 @@ from storagepipeline import local_session  # noqa: E402
 START_MS = 1_700_000_000_000
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark() -> Iterator[SparkSession]:
+    """One session for the pipeline tests, stopped after them (an idle JVM would otherwise
+    compete with the timing-sensitive tests that follow)."""
     session = local_session("local[2]", "logkeeper-tests")
     session.sparkContext.setLogLevel("ERROR")
     yield session
