@@ -31,10 +31,12 @@ from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
     PipelineError,
+    SegmentRef,
     partition_dirs,
     select_partitions,
     snapshot_partition,
 )
+from storagepipeline.reading import ReadCounters, ReadOptions, batches
 
 MANIFEST: Final = "_manifest.json"
 MANIFEST_VERSION: Final = 1
@@ -199,6 +201,26 @@ def _cleaner_checkpoints(data_dirs: Sequence[str]) -> dict[TopicPartition, int]:
     return result
 
 
+def _count_corrupt(item: tuple[TopicPartition, SegmentRef, str]) -> tuple[TopicPartition, int]:
+    tp, ref, directory = item
+    counters = ReadCounters()
+    options = ReadOptions(fail_on_corruption=False, fail_on_data_loss=False)
+    for _batch in batches(ref, Path(directory), options, counters):
+        pass
+    return tp, counters.corrupt_batches
+
+
+def _corrupt_batches(
+    spark: SparkSession, snaps: dict[TopicPartition, PartitionSnapshot]
+) -> dict[TopicPartition, int]:
+    """Batches failing their CRC or framing, per partition (one Spark task per segment)."""
+    items = [(tp, ref, snap.directory) for tp, snap in snaps.items() for ref in snap.segments]
+    if not items:
+        return {}
+    counted = spark.sparkContext.parallelize(items, len(items)).map(_count_corrupt)
+    return dict(counted.reduceByKey(lambda a, b: a + b).collect())
+
+
 def dirty_ratio(snap: PartitionSnapshot, first_dirty: int | None) -> float:
     """The cleaner's ratio: dirty bytes / bytes of the sealed segments (0 without any)."""
     sealed = [ref for ref in snap.segments if not ref.active]
@@ -220,7 +242,12 @@ def stats(
 ) -> list[dict[str, Any]]:
     """Per topic-partition figures (records, bytes, keys, tombstones, dirty ratio, sizes, times)."""
     snaps = _snapshots(data_dirs, topics, pattern)
-    df = _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}), None).load()
+    # Corrupt batches are counted (below) rather than failing the figures of everything else.
+    df = (
+        _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}), None)
+        .option("failOnCorruption", "false")
+        .load()
+    )
     key_size = F.length("key")
     value_size = F.length("value")
     quantiles = [0.5, 0.9, 0.99]
@@ -240,6 +267,7 @@ def stats(
         .collect()
     )
     checkpoints = _cleaner_checkpoints(data_dirs)
+    corrupt = _corrupt_batches(spark, snaps)
     rows: list[dict[str, Any]] = []
     by_tp = {TopicPartition(r["topic"], r["partition"]): r.asDict() for r in figures}
     for tp, snap in sorted(snaps.items()):
@@ -250,6 +278,7 @@ def stats(
             segments=len(snap.segments),
             size_bytes=sum(ref.size_bytes for ref in snap.segments),
             dirty_ratio=round(dirty_ratio(snap, checkpoints.get(tp)), 4),
+            corrupt_batches=corrupt.get(tp, 0),
         )
         rows.append(row)
     if output:
@@ -273,6 +302,7 @@ STATS_COLUMNS: Final = (
     "distinct_keys",
     "tombstones",
     "dirty_ratio",
+    "corrupt_batches",
     "key_size_p50_p90_p99",
     "value_size_p50_p90_p99",
     "oldest_timestamp",

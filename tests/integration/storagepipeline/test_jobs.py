@@ -198,6 +198,16 @@ def test_stats_per_partition(spark: SparkSession, tmp_path: Path) -> None:
         assert row["dirty_ratio"] == 1.0  # never cleaned: every sealed segment is dirty
         assert row["key_size_max"] == max(len(r.key or b"") for r in records)
     assert spark.read.parquet(str(tmp_path / "stats.parquet")).count() == 2
+    assert all(row["corrupt_batches"] == 0 for row in rows)
+    # A corrupt batch is counted where it is, and the other figures still come out.
+    segment = sorted((tmp_path / "profiles-1").glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    data[70] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    segment.write_bytes(bytes(data))
+    damaged = {r["partition"]: r for r in stats(spark, [str(tmp_path)], topics=["profiles"])}
+    assert damaged[1]["corrupt_batches"] == 1 and damaged[0]["corrupt_batches"] == 0
+    assert damaged[1]["records"] == rows[1]["records"] - 4
+    segment.write_bytes(bytes(data[:70]) + bytes([data[70] ^ 0xFF]) + bytes(data[71:]))
     compact(spark, str(tmp_path), topics=["profiles"], configs={"profiles": config}, now_ms=NOW_MS)
     assert all(
         row["dirty_ratio"] == 0.0 for row in stats(spark, [str(tmp_path)], topics=["profiles"])
