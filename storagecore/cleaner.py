@@ -559,14 +559,7 @@ class Cleaner:
         offset_map.update_latest_offset(start - 1)
         txns = CleanedTransactionMetadata([t for t in aborted if t.last_offset >= start])
         capacity = offset_map.capacity
-        segments = log.segments
-        dirty = [
-            (segment, segments[i + 1].base_offset if i + 1 < len(segments) else end)
-            for i, segment in enumerate(segments)
-            if segment.base_offset < end
-            and (i + 1 == len(segments) or segments[i + 1].base_offset > start)
-        ]
-        for segment, next_start in dirty:
+        for segment, next_start in dirty_segments(log.segments, start, end):
             self.check_done(log.tp)
             position = segment.offset_index.lookup(start).position
             for batch in self._batches(log.tp, segment, position, stats, for_map=True):
@@ -840,6 +833,19 @@ class Cleaner:
 
 
 _CHECK_EVERY_BYTES: Final = 1 << 20
+
+
+def dirty_segments(
+    segments: Sequence[LogSegment], start: int, end: int
+) -> list[tuple[LogSegment, int]]:
+    """The segments holding offsets of ``[start, end)``, each with where the next one starts
+    (``end`` for the last): what a round maps."""
+    return [
+        (segment, segments[i + 1].base_offset if i + 1 < len(segments) else end)
+        for i, segment in enumerate(segments)
+        if segment.base_offset < end
+        and (i + 1 == len(segments) or segments[i + 1].base_offset > start)
+    ]
 
 
 def _segment_paths(directory: Path, base: int, suffix: str) -> list[Path]:

@@ -80,6 +80,30 @@ class RetentionTotals:
     bytes_deleted: int = 0
 
 
+def _locked(path: Path) -> LogDirLockedError:
+    return LogDirLockedError(
+        f"log directory {path} is locked by another process ({path / files.LOCK_FILE}); "
+        "stop the other worker or use another directory"
+    )
+
+
+def check_unlocked(path: Path) -> None:
+    """Raise :class:`LogDirLockedError` when another holder has ``path``'s ``.lock``; takes
+    nothing and creates nothing (a pre-flight check for tools that will lock it later)."""
+    try:
+        fd = os.open(path / files.LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _locked(path) from None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 class LogManager:
     def __init__(
         self,
@@ -135,10 +159,7 @@ class LogManager:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise LogDirLockedError(
-                f"log directory {path} is locked by another process ({path / files.LOCK_FILE}); "
-                "stop the other worker or use another directory"
-            ) from None
+            raise _locked(path) from None
         marker = path / files.CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         if clean:

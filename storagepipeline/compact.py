@@ -40,6 +40,7 @@ from storagecore.cleaner import (
     Cleaner,
     CleanerConfig,
     CleanerStats,
+    dirty_segments,
     group_segments_by_size,
 )
 from storagecore.cleaner_manager import LogCleanerManager, cleanable_offsets, log_to_clean
@@ -48,7 +49,17 @@ from storagecore.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
 from storagecore.records.file_records import FileRecords
 from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch
-from storagepipeline.logdirs import CorruptDataError, PipelineError, index_position
+from storagepipeline import reading
+from storagepipeline.logdirs import (
+    CorruptDataError,
+    PipelineError,
+    SegmentRef,
+    clip,
+    snapshot_partition,
+)
+
+#: The job never skips: a corrupt batch or a missing range fails it (nothing is swapped).
+_STRICT = reading.ReadOptions(fail_on_corruption=True, fail_on_data_loss=True)
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +87,11 @@ class _Segment:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _MapTask:
-    """Keys of one dirty segment, offsets ``[start, end)``."""
+    """Keys of one dirty segment (the ref narrowed to the dirty offsets)."""
 
     tpi: int
-    segment: _Segment
-    start: int
-    end: int
+    ref: SegmentRef
+    directory: str
     aborted: tuple[AbortedTxn, ...]
 
 
@@ -96,6 +106,8 @@ class _GroupTask:
     directory: str
     config: LogConfig
     segments: tuple[_Segment, ...]
+    #: The group's segments narrowed to offsets below ``end_offset``: whose keys to look up.
+    key_refs: tuple[SegmentRef, ...]
     #: The offset map covers offsets below this (the cleaner's ``end_offset``).
     end_offset: int
     first_dirty_offset: int
@@ -131,58 +143,33 @@ def _is_aborted(aborted: Sequence[AbortedTxn], producer_id: int, offset: int) ->
     )
 
 
-def _validated(records: FileRecords, position: int) -> Iterator[Any]:
-    try:
-        for batch_position, batch in records.batches(position):
-            try:
-                batch.validate()
-            except CorruptRecordError as exc:
-                raise CorruptDataError(
-                    f"{records.path} at position {batch_position}: {exc}"
-                ) from exc
-            yield batch
-    except CorruptRecordError as exc:
-        raise CorruptDataError(f"{records.path}: {exc}") from exc
-
-
 def _map_keys(task: _MapTask) -> Iterator[tuple[int, bytes, int]]:
-    """``(tpi, md5(key), offset)`` of the keyed data records of ``[start, end)``, aborted
-    transactional data excluded (the cleaner's ``buildOffsetMap``)."""
-    records = FileRecords(Path(task.segment.path), create=False, writable=False)
-    try:
-        position = index_position(
-            records.path, task.segment.base_offset, task.start, records.size_bytes
-        )
-        for batch in _validated(records, position):
-            if batch.base_offset >= task.end:
-                break
-            if batch.last_offset < task.start or batch.is_control:
-                continue
-            if batch.is_transactional and _is_aborted(
-                task.aborted, batch.producer_id, batch.base_offset
-            ):
-                continue
-            for record in batch.records():
-                if record.key is not None and task.start <= record.offset < task.end:
-                    yield task.tpi, key_digest(record.key), record.offset
-    finally:
-        records.close()
+    """``(tpi, md5(key), offset)`` of the keyed data records of the ref's range, aborted
+    transactional data excluded (the cleaner's ``buildOffsetMap``). Batches are CRC-checked
+    by :func:`storagepipeline.reading.batches`; a corrupt one fails the job."""
+    ref = task.ref
+    for batch in reading.batches(ref, Path(task.directory), _STRICT, reading.ReadCounters()):
+        if batch.is_transactional and _is_aborted(
+            task.aborted, batch.producer_id, batch.base_offset
+        ):
+            continue
+        try:
+            decoded = batch.records()
+        except CorruptRecordError as exc:
+            raise CorruptDataError(f"{ref.path}: {exc}") from exc
+        for record in decoded:
+            if record.key is not None and ref.start_offset <= record.offset < ref.end_offset:
+                yield task.tpi, key_digest(record.key), record.offset
 
 
 def _group_keys(task: _GroupTask) -> Iterator[tuple[int, int, bytes]]:
     """``(gid, tpi, md5(key))`` of the keys the group's records hold below the map's end."""
     seen: set[bytes] = set()
-    for segment in task.segments:
-        records = FileRecords(Path(segment.path), create=False, writable=False)
-        try:
-            for batch in _validated(records, 0):
-                if batch.base_offset >= task.end_offset or batch.is_control:
-                    continue
-                for record in batch.records():
-                    if record.key is not None and record.offset < task.end_offset:
-                        seen.add(key_digest(record.key))
-        finally:
-            records.close()
+    counters = reading.ReadCounters()
+    for ref in task.key_refs:
+        for record, _type in reading.records(ref, Path(task.directory), _STRICT, counters):
+            if record.key is not None:
+                seen.add(key_digest(record.key))
     for digest in seen:
         yield task.gid, task.tpi, digest
 
@@ -258,10 +245,6 @@ def compact(
         manager.shutdown()
 
 
-def _config_is_compact(manager: LogManager, topic: str) -> bool:
-    return manager.config_for(topic).compact
-
-
 def _default_config() -> LogConfig:
     return LogConfig.from_topic_config({"cleanup.policy": "compact"})
 
@@ -274,7 +257,7 @@ def _selected(
 ) -> list[TopicPartition]:
     """The named partitions (each must exist and be compacted); without names, every
     partition of a ``declared`` topic (one given a config) whose policy includes compact."""
-    declared = {t for t in declared if _config_is_compact(manager, t)}
+    declared = {t for t in declared if manager.config_for(t).compact}
     present = sorted(manager.logs)
     wanted = set(partitions)
     for topic in topics:
@@ -324,24 +307,14 @@ def _compact_locked(  # noqa: PLR0917 - one job's state
         txn_state = log.transaction_state()
         aborted = tuple(txn_state.aborted)
         segments = log.segments
-        dirty = [
-            (segment, segments[i + 1].base_offset if i + 1 < len(segments) else upper)
-            for i, segment in enumerate(segments)
-            if segment.base_offset < upper
-            and (i + 1 == len(segments) or segments[i + 1].base_offset > first_dirty)
-        ]
-        for segment, next_start in dirty:
-            map_tasks.append(
-                _MapTask(
-                    tpi,
-                    _Segment(str(segment.log.path), segment.base_offset),
-                    first_dirty,
-                    min(next_start, upper),
-                    aborted,
-                )
-            )
+        # The files are stable: the manager holds the dir's lock for the whole job.
+        snap = snapshot_partition(tp, log.directory)
+        map_tasks.extend(
+            _MapTask(tpi, ref, str(log.directory), aborted)
+            for ref in clip(snap, first_dirty, upper)
+        )
         # The cleaner's end offset: everything up to the first uncleanable offset is mapped.
-        end_offset = upper if dirty else first_dirty
+        end_offset = upper if dirty_segments(segments, first_dirty, upper) else first_dirty
         groups = group_segments_by_size(
             [s for s in segments[:-1] if s.base_offset < end_offset],
             log.config.segment_bytes,
@@ -364,6 +337,9 @@ def _compact_locked(  # noqa: PLR0917 - one job's state
                     directory=str(log.directory),
                     config=log.config,
                     segments=tuple(_Segment(str(s.log.path), s.base_offset) for s in group),
+                    key_refs=tuple(
+                        clip(snap, group[0].base_offset, min(group[-1].next_offset(), end_offset))
+                    ),
                     end_offset=end_offset,
                     first_dirty_offset=first_dirty,
                     upper_bound=upper,

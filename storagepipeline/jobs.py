@@ -42,15 +42,12 @@ MANIFEST: Final = "_manifest.json"
 MANIFEST_VERSION: Final = 1
 
 
-def _reader(
-    spark: SparkSession, data_dirs: Sequence[str], topics: Sequence[str], pattern: str | None
-) -> Any:
-    reader = spark.read.format("logkeeper").option("path", ",".join(data_dirs))
-    if topics:
-        reader = reader.option("topic", ",".join(topics))
-    if pattern:
-        reader = reader.option("topicPattern", pattern)
-    return reader
+def _reader(spark: SparkSession, data_dirs: Sequence[str], topics: Sequence[str]) -> Any:
+    return (
+        spark.read.format("logkeeper")
+        .option("path", ",".join(data_dirs))
+        .option("topic", ",".join(topics))
+    )
 
 
 def _snapshots(
@@ -147,7 +144,7 @@ def snapshot(
         ends[tp] = snap.log_end_offset
     kind = "changes" if manifest["runs"] else "full"
     df = (
-        _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}), None)
+        _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}))
         .option("startingOffsets", _offsets_json(starts))
         .option("endingOffsets", _offsets_json(ends))
         .option("failOnDataLoss", str(fail_on_data_loss).lower())
@@ -244,7 +241,7 @@ def stats(
     snaps = _snapshots(data_dirs, topics, pattern)
     # Corrupt batches are counted (below) rather than failing the figures of everything else.
     df = (
-        _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}), None)
+        _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}))
         .option("failOnCorruption", "false")
         .load()
     )

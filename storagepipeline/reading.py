@@ -146,14 +146,14 @@ def _batches_of(
 
 def _corrupt(
     path: Path,
-    position: int,
+    position: int | None,
     exc: CorruptRecordError,
     options: ReadOptions,
     counters: ReadCounters,
     *,
     framing: bool,
 ) -> None:
-    message = f"{path} at position {position}: {exc}"
+    message = f"{path}: {exc}" if position is None else f"{path} at position {position}: {exc}"
     if options.fail_on_corruption:
         raise CorruptDataError(
             message + " (set failOnCorruption=false to skip corrupt batches)"
@@ -165,18 +165,21 @@ def _corrupt(
 
 def records(
     ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
-) -> Iterator[Record]:
-    """Records of the ref's offset range, in offset order."""
+) -> Iterator[tuple[Record, int]]:
+    """Records of the ref's offset range, in offset order, each with its batch's timestamp
+    type (0 CreateTime, 1 LogAppendTime)."""
     for batch in batches(ref, directory, options, counters):
         try:
             decoded = batch.records()
         except CorruptRecordError as exc:
-            # The CRC matched but the records inside do not parse: written corrupt.
-            _corrupt(Path(ref.path), -1, exc, options, counters, framing=False)
+            # The CRC matched but the records inside do not parse: written corrupt. The
+            # message names the batch's offset and the record.
+            _corrupt(Path(ref.path), None, exc, options, counters, framing=False)
             continue
+        timestamp_type = int(batch.timestamp_type)
         for record in decoded:
             if ref.start_offset <= record.offset < ref.end_offset:
-                yield record
+                yield record, timestamp_type
 
 
 def first_offset_at_or_after(
@@ -186,7 +189,7 @@ def first_offset_at_or_after(
     counters = ReadCounters()
     scan = dataclasses.replace(options, min_timestamp=timestamp)
     for ref in refs:
-        for record in records(ref, directory, scan, counters):
+        for record, _type in records(ref, directory, scan, counters):
             if record.timestamp >= timestamp:
                 return record.offset
     return None

@@ -92,6 +92,62 @@ class LogkeeperReader(DataSourceReader):
         self.schema = schema
         self.pushdown = plan.Pushdown()
 
+    # -- planning ------------------------------------------------------------------------------
+    def partitions(self) -> Sequence[InputPartition]:
+        if self.pushdown.offset_low >= self.pushdown.offset_high:
+            self.pushdown.empty = True
+        units = plan.plan_read(self.spec, self.pushdown)
+        logger.info("logkeeper read plan: %s", plan.describe(units))
+        if not units:
+            # Spark needs at least one partition; an empty unit reads nothing.
+            return [LogkeeperInputPartition(plan.PlannedPartition("", -1, "", ()))]
+        return [LogkeeperInputPartition(unit) for unit in units]
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LogkeeperInputPartition), partition
+        unit = partition.unit
+        if not unit.refs:
+            return
+        options = self.spec.read_options
+        if self.pushdown.timestamp_low_ms is not None and self.spec.view == "log":
+            options = reading.ReadOptions(
+                fail_on_corruption=options.fail_on_corruption,
+                fail_on_data_loss=options.fail_on_data_loss,
+                min_timestamp=self.pushdown.timestamp_low_ms,
+            )
+        counters = reading.ReadCounters()
+        directory = Path(unit.directory)
+        if self.spec.view == "latest":
+            rows = latest_records(unit, directory, options, counters)
+        else:
+            rows = (
+                item
+                for ref in unit.refs
+                for item in reading.records(ref, directory, options, counters)
+            )
+        yield from ArrowBuilder(self.schema, unit, self.spec.max_records_per_batch).batches(rows)
+        if counters.corrupt_batches or counters.fallbacks or counters.lost_offsets:
+            logger.warning("%s-%d read: %s", unit.topic, unit.partition, counters)
+
+
+class PushdownReader(LogkeeperReader):
+    """``pushdown=true``: partition, topic and offset filters are applied exactly (offsets
+    through the offset index); a lower bound on timestamp skips segments (time index) and
+    batches, and is also given back to Spark. In the ``latest`` view only lower offset bounds
+    are pushed: an upper bound changes which record is the latest for a key.
+
+    Opt-in because pyspark 4.3 caches a scan's planned partitions on the loaded DataFrame: a
+    query *without* filters on a DataFrame that was queried *with* pushed filters reuses the
+    narrowed plan and silently returns too few rows (see the README). Load a fresh DataFrame
+    per query when this is on.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
+        for item in filters:
+            if not self.push(item):
+                yield item
+
     def push(self, item: Filter) -> bool:
         """Record ``item`` in :attr:`pushdown`; True when it needs no evaluation by Spark."""
         attribute: tuple[str, ...] = getattr(item, "attribute", ())
@@ -136,72 +192,6 @@ class LogkeeperReader(DataSourceReader):
             return False  # timestamps are not ordered by offset: Spark checks every row
         return False
 
-    # -- planning ------------------------------------------------------------------------------
-    def partitions(self) -> Sequence[InputPartition]:
-        if self.pushdown.offset_low >= self.pushdown.offset_high:
-            self.pushdown.empty = True
-        units = plan.plan_read(self.spec, self.pushdown)
-        logger.info("logkeeper read plan: %s", plan.describe(units))
-        if not units:
-            # Spark needs at least one partition; an empty unit reads nothing.
-            return [LogkeeperInputPartition(plan.PlannedPartition("", -1, "", ()))]
-        return [LogkeeperInputPartition(unit) for unit in units]
-
-    # -- reading -------------------------------------------------------------------------------
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LogkeeperInputPartition), partition
-        unit = partition.unit
-        if not unit.refs:
-            return
-        options = self.spec.read_options
-        if self.pushdown.timestamp_low_ms is not None and self.spec.view == "log":
-            options = reading.ReadOptions(
-                fail_on_corruption=options.fail_on_corruption,
-                fail_on_data_loss=options.fail_on_data_loss,
-                min_timestamp=self.pushdown.timestamp_low_ms,
-            )
-        counters = reading.ReadCounters()
-        directory = Path(unit.directory)
-        if self.spec.view == "latest":
-            rows = latest_records(unit, directory, options, counters)
-        else:
-            rows = (
-                (record, batch_type)
-                for ref in unit.refs
-                for record, batch_type in _typed_records(ref, directory, options, counters)
-            )
-        yield from ArrowBuilder(self.schema, unit, self.spec.max_records_per_batch).batches(rows)
-        if counters.corrupt_batches or counters.fallbacks or counters.lost_offsets:
-            logger.warning("%s-%d read: %s", unit.topic, unit.partition, counters)
-
-
-class PushdownReader(LogkeeperReader):
-    """``pushdown=true``: partition, topic and offset filters are applied exactly (offsets
-    through the offset index); a lower bound on timestamp skips segments (time index) and
-    batches, and is also given back to Spark. In the ``latest`` view only lower offset bounds
-    are pushed: an upper bound changes which record is the latest for a key.
-
-    Opt-in because pyspark 4.3 caches a scan's planned partitions on the loaded DataFrame: a
-    query *without* filters on a DataFrame that was queried *with* pushed filters reuses the
-    narrowed plan and silently returns too few rows (see the README). Load a fresh DataFrame
-    per query when this is on.
-    """
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
-        for item in filters:
-            if not self.push(item):
-                yield item
-
-
-def _typed_records(
-    ref: Any, directory: Path, options: reading.ReadOptions, counters: reading.ReadCounters
-) -> Iterator[tuple[Record, int]]:
-    for batch in reading.batches(ref, directory, options, counters):
-        timestamp_type = int(batch.timestamp_type)
-        for record in batch.records():
-            if ref.start_offset <= record.offset < ref.end_offset:
-                yield record, timestamp_type
-
 
 def latest_records(
     unit: plan.PlannedPartition,
@@ -217,11 +207,11 @@ def latest_records(
     """
     last: dict[bytes, int] = {}
     for ref in unit.refs:
-        for record in reading.records(ref, directory, options, counters):
+        for record, _type in reading.records(ref, directory, options, counters):
             if record.key is not None:
                 last[record.key] = record.offset
     for ref in unit.refs:
-        for record, timestamp_type in _typed_records(ref, directory, options, counters):
+        for record, timestamp_type in reading.records(ref, directory, options, counters):
             key = record.key
             if key is not None and record.value is not None and last.get(key) == record.offset:
                 yield record, timestamp_type

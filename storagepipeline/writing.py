@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import logging
-import os
 import shutil
 import struct
 import time
@@ -43,6 +41,7 @@ from storagecore import (
 )
 from storagecore.config import validate_topic_name
 from storagecore.errors import ConfigError, LogDirLockedError
+from storagecore.log_manager import check_unlocked
 from storagecore.partitioner import partition_for_key
 from storagepipeline.logdirs import PipelineError, partition_dirs
 from storagepipeline.plan import check_known, data_dirs_of
@@ -63,6 +62,8 @@ class StagedFile:
     partition: int
     path: str
     records: int
+    #: The Spark partition that wrote it: a partition's files are appended in this order.
+    task: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +148,13 @@ class LogkeeperWriter(DataSourceWriter):
                 raise PipelineError(f"offline writes go to one data dir; option path has {dirs}")
             self.data_dir = dirs[0]
             self.partitions = self._partitions_offline(lowered.get("partitions"))
-            _check_not_locked(Path(self.data_dir))
+            try:
+                check_unlocked(Path(self.data_dir))
+            except LogDirLockedError as exc:
+                raise PipelineError(
+                    f"{exc}; a running worker holds it: write through its Kafka port with "
+                    f"option kafka.bootstrap.servers instead"
+                ) from None
 
     # -- partition count -----------------------------------------------------------------------
     def _partitions_offline(self, requested: str | None) -> int:
@@ -228,7 +235,8 @@ class LogkeeperWriter(DataSourceWriter):
         if self.bootstrap:
             return self._produce(iterator)
         context = TaskContext.get()
-        task = f"{context.partitionId()}-{context.attemptNumber()}" if context else "0-0"
+        task_index = context.partitionId() if context else 0
+        task = f"{task_index}-{context.attemptNumber() if context else 0}"
         staging = Path(self.data_dir) / STAGING_DIR / self.job_id
         pending: dict[int, list[NewRecord]] = {}
         handles: dict[int, Any] = {}
@@ -257,7 +265,7 @@ class LogkeeperWriter(DataSourceWriter):
             for handle in handles.values():
                 handle.close()
         return StagedMessage(
-            tuple(StagedFile(p, handles[p].name, counts[p]) for p in sorted(handles))
+            tuple(StagedFile(p, handles[p].name, counts[p], task_index) for p in sorted(handles))
         )
 
     def _produce(self, iterator: Iterator[Row]) -> WriterCommitMessage:
@@ -339,23 +347,6 @@ def _remove_if_empty(path: Path) -> None:
         path.rmdir()
 
 
-def _check_not_locked(data_dir: Path) -> None:
-    lock = data_dir / ".lock"
-    if not lock.exists():
-        return
-    fd = os.open(lock, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    except BlockingIOError:
-        raise PipelineError(
-            f"data dir {data_dir} is held by a running worker ({lock} is locked); write through "
-            f"its Kafka port with option kafka.bootstrap.servers instead"
-        ) from None
-    finally:
-        os.close(fd)
-
-
 def _staged_batches(files: list[StagedFile]) -> Iterator[bytes]:
     # Task order, then file order: a task's records keep their order in each partition.
     for staged in files:
@@ -389,7 +380,7 @@ def commit_staged(
     try:
         for partition in range(partitions):
             log = manager.get_or_create_log(TopicPartition(topic, partition), config)
-            files = sorted(by_partition.get(partition, []), key=lambda f: f.path)
+            files = sorted(by_partition.get(partition, []), key=lambda f: f.task)
             info = log.bulk_append(_staged_batches(files))
             written[partition] = info.record_count if info else 0
     finally:
