@@ -34,6 +34,11 @@ LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 LOCK_FILE: Final = ".lock"
+#: Directories the Spark pipeline keeps inside a data dir (never partitions; the worker skips
+#: them when loading and sweeps expired pins, storagecore.pins).
+PINS_DIR: Final = ".logkeeper-pins"
+STAGING_DIR: Final = ".logkeeper-staging"
+PIPELINE_DIRS: Final = (PINS_DIR, STAGING_DIR)
 
 _OFFSET_DIGITS: Final = 20
 _MAX_DIR_NAME: Final = 255

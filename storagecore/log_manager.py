@@ -238,7 +238,7 @@ class LogManager:
         log_starts = self._read_checkpoint(log_dir.path / files.LOG_START_OFFSET_CHECKPOINT)
         jobs: list[tuple[TopicPartition, Path]] = []
         for child in sorted(log_dir.path.iterdir()):
-            if not child.is_dir():
+            if not child.is_dir() or child.name in files.PIPELINE_DIRS:
                 continue
             if files.is_delete_dir_name(child.name):
                 self._schedule_dir_delete(child, delay_ms=0)

@@ -92,6 +92,8 @@ def verify_log_dir(root: Path) -> VerifyReport:
         report.warning(root, "in use by another process: the active segments may be mid-write")
     ends: dict[TopicPartition, tuple[int, int]] = {}
     for directory in partition_dirs:
+        if directory.name in files.PIPELINE_DIRS:
+            continue  # the Spark pipeline's read pins and write staging, not partitions
         if files.is_delete_dir_name(directory.name):
             report.warning(directory, "partition directory pending deletion")
             continue

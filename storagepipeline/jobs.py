@@ -30,6 +30,7 @@ from storagecore.errors import CorruptCheckpointError
 from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
+    Pinner,
     PipelineError,
     SegmentRef,
     partition_dirs,
@@ -51,14 +52,18 @@ def _reader(spark: SparkSession, data_dirs: Sequence[str], topics: Sequence[str]
 
 
 def _snapshots(
-    data_dirs: Sequence[str], topics: Sequence[str], pattern: str | None
+    data_dirs: Sequence[str], topics: Sequence[str], pattern: str | None, pinner: Pinner
 ) -> dict[TopicPartition, PartitionSnapshot]:
     if not topics and not pattern:
         raise PipelineError("give at least one topic or a topic pattern")
     selected = select_partitions(partition_dirs(data_dirs), topics=topics, pattern=pattern)
     if not selected:
         raise PipelineError(f"no partitions match topics {list(topics)} / pattern {pattern!r}")
-    return {tp: snapshot_partition(tp, path) for tp, path in selected.items()}
+    return {tp: snapshot_partition(tp, path, pinner) for tp, path in selected.items()}
+
+
+#: A job releases its pins when it ends; the lease only bounds what a killed driver leaves.
+JOB_PIN_MS: Final = 24 * 3_600_000
 
 
 def _offsets_json(offsets: dict[TopicPartition, int]) -> str:
@@ -127,7 +132,38 @@ def snapshot(
     out.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(out)
     previous: dict[str, int] = manifest["runs"][-1]["end_offsets"] if manifest["runs"] else {}
-    snaps = _snapshots(data_dirs, topics, pattern)
+    # The pins make the export one point in time: the Spark read plans from the segments
+    # pinned here, whatever the worker cleans or deletes meanwhile, until the job ends.
+    pinner = Pinner(JOB_PIN_MS)
+    try:
+        return _snapshot(
+            spark,
+            data_dirs,
+            out=out,
+            manifest=manifest,
+            previous=previous,
+            topics=topics,
+            pattern=pattern,
+            pinner=pinner,
+            fail_on_data_loss=fail_on_data_loss,
+        )
+    finally:
+        pinner.release()
+
+
+def _snapshot(
+    spark: SparkSession,
+    data_dirs: Sequence[str],
+    *,
+    out: Path,
+    manifest: dict[str, Any],
+    previous: dict[str, int],
+    topics: Sequence[str],
+    pattern: str | None,
+    pinner: Pinner,
+    fail_on_data_loss: bool,
+) -> SnapshotRun:
+    snaps = _snapshots(data_dirs, topics, pattern, pinner)
     starts: dict[TopicPartition, int] = {}
     ends: dict[TopicPartition, int] = {}
     for tp, snap in snaps.items():
@@ -148,6 +184,7 @@ def snapshot(
         .option("startingOffsets", _offsets_json(starts))
         .option("endingOffsets", _offsets_json(ends))
         .option("failOnDataLoss", str(fail_on_data_loss).lower())
+        .option("pinSets", pinner.option_value())
         .load()
     )
     table = _latest_per_key(df)
@@ -238,11 +275,32 @@ def stats(
     output: str | None = None,
 ) -> list[dict[str, Any]]:
     """Per topic-partition figures (records, bytes, keys, tombstones, dirty ratio, sizes, times)."""
-    snaps = _snapshots(data_dirs, topics, pattern)
+    pinner = Pinner(JOB_PIN_MS)
+    try:
+        return _stats(
+            spark, data_dirs, topics=topics, pattern=pattern, output=output, pinner=pinner
+        )
+    finally:
+        pinner.release()
+
+
+def _stats(
+    spark: SparkSession,
+    data_dirs: Sequence[str],
+    *,
+    topics: Sequence[str],
+    pattern: str | None,
+    output: str | None,
+    pinner: Pinner,
+) -> list[dict[str, Any]]:
+    snaps = _snapshots(data_dirs, topics, pattern, pinner)
+    ends = {tp: snap.log_end_offset for tp, snap in snaps.items()}
     # Corrupt batches are counted (below) rather than failing the figures of everything else.
     df = (
         _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}))
+        .option("endingOffsets", _offsets_json(ends))
         .option("failOnCorruption", "false")
+        .option("pinSets", pinner.option_value())
         .load()
     )
     key_size = F.length("key")

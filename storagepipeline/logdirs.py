@@ -8,9 +8,13 @@ A *snapshot* of a partition is the list of its ``<base>.log`` files, each pinned
 inode and by its size at planning time, plus the offset range to deliver. A segment that the
 worker replaces (cleaning) or deletes (retention) keeps its inode under the name
 ``<base>.log.deleted`` until ``file.delete.delay.ms`` passes, so a read that starts within that
-delay sees exactly the planned bytes. After it, :mod:`storagepipeline.reading` falls back to the
-segments now covering the planned offset range (a cleaned range: same offsets, fewer records;
-a range removed by retention: data loss, an error unless ``failOnDataLoss=false``).
+delay sees exactly the planned bytes. To hold them for longer, a :class:`Pinner` hard-links
+each planned segment into a *pin set* of its data dir (:mod:`storagecore.pins`; the only thing
+a reader ever writes into a data dir), kept until the reader releases it or its lease expires.
+Without a pin (a read-only mount, or pinning off) and after the ``.deleted`` name is gone,
+:mod:`storagepipeline.reading` falls back to the segments now covering the planned offset range
+(a cleaned range: same offsets, fewer records; a range removed by retention: data loss, an error
+unless ``failOnDataLoss=false``).
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ import dataclasses
 import logging
 import os
 import re
+import shutil
 import struct
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from storagecore import TopicPartition
+from storagecore import TopicPartition, pins
 from storagecore import files as core_files
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.errors import ConfigError, CorruptCheckpointError, CorruptRecordError
@@ -72,6 +77,13 @@ class SegmentRef:
     end_offset: int
     #: Whether this was the partition's active (last) segment when planned.
     active: bool
+    #: A hard link to the same inode in a reader's pin set (None: not pinned).
+    pin_path: str | None = None
+
+    @property
+    def read_path(self) -> Path:
+        """Where the planned bytes are read: the pin if there is one, else the live name."""
+        return Path(self.pin_path or self.path)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +100,81 @@ class PartitionSnapshot:
     @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+class _VanishedError(Exception):
+    """A listed segment's inode left its names before it could be pinned: list again."""
+
+
+class Pinner:
+    """Pins planned segments into one pin set per data dir (created on first use).
+
+    ``lease_ms`` bounds how long a set outlives a reader that never releases it (a data source
+    read has no end-of-job hook); 0 turns pinning off. ``frozen`` are pin sets a job made
+    earlier (option ``pinSets``): a partition found in one is planned from the set's links,
+    exactly as the job saw it, instead of from the live directory. A data dir that cannot hold
+    links (read-only mount, no permission) is read unpinned, with one warning.
+    """
+
+    def __init__(self, lease_ms: int, frozen: Sequence[pins.PinSet] = ()) -> None:
+        assert lease_ms >= 0, f"negative pin lease {lease_ms}"
+        self.lease_ms = lease_ms
+        self.frozen = {pin_set.data_dir.resolve(): pin_set for pin_set in frozen}
+        self.sets: dict[Path, pins.PinSet] = {}
+        self._unpinnable: set[Path] = set()
+
+    def view_of(self, directory: Path) -> Path | None:
+        """The frozen listing of a partition directory, if a job pinned it."""
+        pin_set = self.frozen.get(directory.parent.resolve())
+        if pin_set is None:
+            return None
+        view = pin_set.path / directory.name
+        return view if view.is_dir() else None
+
+    def pin(self, tp: TopicPartition, log_path: Path, inode: int) -> str | None:
+        """The pinned path of a listed segment, or None when this data dir is not pinned."""
+        data_dir = log_path.parent.parent.resolve()
+        if self.lease_ms == 0 or data_dir in self._unpinnable:
+            return None
+        try:
+            pin_set = self.sets.get(data_dir)
+            if pin_set is None:
+                now_ms = int(time.time() * 1000)
+                pins.sweep_expired(data_dir, now_ms)
+                pin_set = self.sets[data_dir] = pins.create_pin_set(
+                    data_dir, now_ms + self.lease_ms
+                )
+            pinned = pins.pin_segment(pin_set, tp, log_path, inode)
+        except OSError as exc:
+            if exc.errno not in pins.UNPINNABLE_ERRNOS:
+                raise
+            logger.warning(
+                "%s cannot hold read pins (%s): reading unpinned, exact only within "
+                "file.delete.delay.ms of planning",
+                data_dir,
+                exc,
+            )
+            self._unpinnable.add(data_dir)
+            return None
+        if pinned is None:
+            raise _VanishedError(log_path)
+        return str(pinned)
+
+    def forget(self, directory: Path) -> None:
+        """Drop a partition's links before it is listed again (an attempt that raced the
+        worker may have linked segments that are no longer part of the partition)."""
+        pin_set = self.sets.get(directory.parent.resolve())
+        if pin_set is not None:
+            shutil.rmtree(pin_set.path / directory.name, ignore_errors=True)
+
+    def option_value(self) -> str:
+        """The ``pinSets`` option that hands these sets to a data source read."""
+        return ",".join(str(pin_set.path) for pin_set in self.sets.values())
+
+    def release(self) -> None:
+        for pin_set in self.sets.values():
+            pins.release(pin_set)
+        self.sets.clear()
 
 
 # -- partitions ----------------------------------------------------------------------------------
@@ -185,8 +272,9 @@ def read_log_start_offset(directory: Path) -> int:
 
 
 def open_pinned(ref: SegmentRef) -> FileRecords | None:
-    """The planned file, read-only, under its name or its ``.deleted`` name; None if gone."""
-    for path in (ref.path, ref.path + core_files.DELETED_SUFFIX):
+    """The planned file, read-only: its pin, its name or its ``.deleted`` name; None if gone."""
+    candidates = (ref.path, ref.path + core_files.DELETED_SUFFIX)
+    for path in (ref.pin_path, *candidates) if ref.pin_path else candidates:
         try:
             records = FileRecords(Path(path), create=False, writable=False)
         except FileNotFoundError:
@@ -254,15 +342,17 @@ def _end_offset(records: FileRecords, base_offset: int) -> int:
     return end
 
 
-def snapshot_partition(tp: TopicPartition, directory: Path) -> PartitionSnapshot:
+def snapshot_partition(
+    tp: TopicPartition, directory: Path, pinner: Pinner | None = None
+) -> PartitionSnapshot:
     """Pin the partition's current segments (see the module docstring).
 
-    A listed file that is gone when opened means the worker swapped or deleted segments
-    between the listing and the open (a cleaned group keeps its first segment's name, so the
-    other names vanish): the snapshot is then taken again from a fresh listing.
+    A listed file that is gone when opened or linked means the worker swapped or deleted
+    segments between the listing and the open (a cleaned group keeps its first segment's name,
+    so the other names vanish): the snapshot is then taken again from a fresh listing.
     """
     for _attempt in range(_SNAPSHOT_ATTEMPTS):
-        refs = _pin(directory)
+        refs = _pin(tp, directory, pinner)
         if refs is not None:
             break
         time.sleep(_SWAP_POLL_S)
@@ -284,22 +374,36 @@ def snapshot_partition(tp: TopicPartition, directory: Path) -> PartitionSnapshot
     )
 
 
-def _pin(directory: Path) -> list[SegmentRef] | None:
-    """Refs of every listed segment, or None when one vanished before it was opened."""
-    logs = _list_logs(directory)
+def _pin(tp: TopicPartition, directory: Path, pinner: Pinner | None) -> list[SegmentRef] | None:
+    """Refs of every listed segment, or None when one vanished before it was opened/pinned."""
+    view = pinner.view_of(directory) if pinner is not None else None
+    if pinner is not None and view is None:
+        pinner.forget(directory)
+    logs = _list_logs(view or directory)
     refs: list[SegmentRef] = []
     for i, (base, path) in enumerate(logs):
         try:
             records = FileRecords(path, create=False, writable=False)
         except FileNotFoundError:
+            if view is not None:
+                raise PipelineError(f"pinned segment {path} was removed while planning") from None
             return None
         try:
             stat = os.fstat(records.fd)
             active = i == len(logs) - 1
             end = _end_offset(records, base) if active else logs[i + 1][0]
+            if view is not None:
+                pin_path: str | None = str(path)
+            elif pinner is not None:
+                try:
+                    pin_path = pinner.pin(tp, path, stat.st_ino)
+                except _VanishedError:
+                    return None
+            else:
+                pin_path = None
             refs.append(
                 SegmentRef(
-                    path=str(path),
+                    path=str(directory / path.name),
                     base_offset=base,
                     device=stat.st_dev,
                     inode=stat.st_ino,
@@ -307,6 +411,7 @@ def _pin(directory: Path) -> list[SegmentRef] | None:
                     start_offset=base,
                     end_offset=end,
                     active=active,
+                    pin_path=pin_path,
                 )
             )
         finally:

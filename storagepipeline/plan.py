@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from storagecore import TopicPartition
+from storagecore import TopicPartition, pins
 from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
+    Pinner,
     PipelineError,
     SegmentRef,
     clip,
@@ -55,8 +56,13 @@ READ_OPTIONS: Final = frozenset(
         "includeheaders",
         "maxrecordsperbatch",
         "pushdown",
+        "pinms",
+        "pinsets",
     }
 )
+#: How long a read's pins (storagecore.pins) may outlive it: the data source has no end-of-job
+#: hook, so its pin sets are removed when this lease passes (by the next read or the worker).
+DEFAULT_PIN_MS: Final = 3_600_000
 
 
 def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -115,6 +121,19 @@ class ReadSpec:
     #: Push ``where`` filters on partition/offset/timestamp into the plan (opt-in; see
     #: :class:`storagepipeline.source.PushdownReader` for why).
     pushdown: bool = False
+    #: Lease of the read's pin sets; 0 = no pins (exact only within file.delete.delay.ms).
+    pin_ms: int = DEFAULT_PIN_MS
+    #: Pin sets a job made (its listing is planned from them): see ``logdirs.Pinner``.
+    pin_sets: tuple[str, ...] = ()
+
+    def pinner(self) -> Pinner:
+        frozen = []
+        for path in self.pin_sets:
+            try:
+                frozen.append(pins.open_pin_set(Path(path)))
+            except (ValueError, FileNotFoundError) as exc:
+                raise PipelineError(f"option pinSets: {exc}") from None
+        return Pinner(self.pin_ms, frozen)
 
     @property
     def read_options(self) -> ReadOptions:
@@ -188,6 +207,10 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
         raise PipelineError("options startingOffsets and startingTimestamp exclude each other")
     if ending_ts is not None and "endingoffsets" in options:
         raise PipelineError("options endingOffsets and endingTimestamp exclude each other")
+    pin_ms = _int(options, "pinMs")
+    if pin_ms is not None and pin_ms < 0:
+        raise PipelineError(f"option pinMs must be >= 0 (0 = no pins), got {pin_ms}")
+    pin_sets = tuple(p.strip() for p in str(options.get("pinsets", "")).split(",") if p.strip())
     batch_rows = _int(options, "maxRecordsPerBatch") or 8192
     if batch_rows < 1:
         raise PipelineError(f"option maxRecordsPerBatch must be >= 1, got {batch_rows}")
@@ -206,6 +229,8 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
         include_headers=_flag(options, "includeHeaders", True),
         max_records_per_batch=batch_rows,
         pushdown=_flag(options, "pushdown", False),
+        pin_ms=DEFAULT_PIN_MS if pin_ms is None else pin_ms,
+        pin_sets=pin_sets,
     )
 
 
@@ -316,14 +341,15 @@ def offset_for_timestamp(
     candidates = [
         ref
         for ref in refs
-        if ref.active or (hint := max_timestamp_hint(Path(ref.path))) is None or hint >= timestamp
+        if ref.active or (hint := max_timestamp_hint(ref.read_path)) is None or hint >= timestamp
     ]
     return first_offset_at_or_after(candidates, Path(snap.directory), timestamp, options)
 
 
 def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedPartition]:
-    """Snapshot the selected partitions and cut them into work units."""
+    """Snapshot (and pin) the selected partitions and cut them into work units."""
     pushdown = pushdown or Pushdown()
+    pinner = spec.pinner()
     available = partition_dirs(spec.data_dirs)
     selected = select_partitions(available, topics=spec.topics, pattern=spec.topic_pattern)
     tps = list(selected)
@@ -337,7 +363,7 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
     for tp, directory in selected.items():
         if not pushdown.allows(tp):
             continue
-        snap = snapshot_partition(tp, directory)
+        snap = snapshot_partition(tp, directory, pinner)
         start = _start_of(spec, snap, starts)
         if start is None:
             continue
@@ -349,7 +375,7 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
             refs = [
                 ref
                 for ref in refs
-                if ref.active or (hint := max_timestamp_hint(Path(ref.path))) is None or hint >= low
+                if ref.active or (hint := max_timestamp_hint(ref.read_path)) is None or hint >= low
             ]
         if not refs:
             continue

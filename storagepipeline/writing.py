@@ -39,6 +39,7 @@ from storagecore import (
     TopicPartition,
     build_batch,
 )
+from storagecore import files as core_files
 from storagecore.config import validate_topic_name
 from storagecore.errors import ConfigError, LogDirLockedError
 from storagecore.log_manager import check_unlocked
@@ -48,7 +49,7 @@ from storagepipeline.plan import check_known, data_dirs_of
 
 logger = logging.getLogger(__name__)
 
-STAGING_DIR: Final = ".logkeeper-staging"
+STAGING_DIR: Final = core_files.STAGING_DIR
 WRITE_OPTIONS: Final = frozenset(
     {"path", "topic", "partitions", "compression", "batchrecords", "kafka.bootstrap.servers"}
 )

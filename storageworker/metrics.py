@@ -52,6 +52,19 @@ class WorkerCollector(Collector):
         )
         orphans.add_metric([], len(worker.orphans))
         yield orphans
+        pinned = GaugeMetricFamily(
+            f"{PREFIX}_read_pins_bytes",
+            "Bytes of deleted segments kept by Spark readers' pins (until released or expired)",
+            labels=["dir"],
+        )
+        for data_dir, size_bytes in sorted(worker.pinned_bytes.items()):
+            pinned.add_metric([data_dir], float(size_bytes))
+        yield pinned
+        expired = CounterMetricFamily(
+            f"{PREFIX}_read_pin_sets_expired", "Readers' pin sets removed when their lease passed"
+        )
+        expired.add_metric([], worker.pin_sets_expired)
+        yield expired
         manager, cleaner = worker.log_manager, worker.cleaner
         if manager is None or cleaner is None:
             return

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from storagecore import pins
 from storagecore.cleaner_manager import CleaningState
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition, TopicSpec
@@ -108,6 +109,10 @@ class Worker:
         self._paused_cleaning: set[TopicPartition] = set()
         self.orphans: list[str] = []
         self.extra_partitions: list[str] = []
+        #: Per data dir: bytes held only by readers' pins (storagecore.pins), as of the last
+        #: ``delete`` task, and how many expired pin sets that task has removed in all.
+        self.pinned_bytes: dict[str, int] = {}
+        self.pin_sets_expired = 0
         self.log_manager: LogManager | None = None
         self.cleaner: LogCleaner | None = None
         self.scheduler = Scheduler(self.clock)
@@ -303,6 +308,18 @@ class Worker:
         manager, _ = self.started_parts()
         manager.delete_expired_segment_files()
         manager.delete_expired_logs()
+        self._sweep_pins()
+
+    def _sweep_pins(self) -> None:
+        """Remove the Spark readers' pin sets whose lease passed (a reader that died keeps
+        deleted segments' bytes only until then) and measure what the live ones hold."""
+        now_ms = self.clock.milliseconds()
+        for data_dir in self.data_dirs:
+            try:
+                self.pin_sets_expired += pins.sweep_expired(data_dir, now_ms)
+                self.pinned_bytes[str(data_dir)] = pins.pinned_bytes(data_dir)
+            except OSError as exc:
+                logger.warning("Read pins of %s not swept: %s", data_dir, exc)
 
     def reload(self) -> None:
         """Re-read both files and apply what changed (the ``reload`` task)."""
