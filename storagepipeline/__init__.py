@@ -3,11 +3,13 @@
 What belongs here: the ``logkeeper`` Python data source (read and write), the ``compact``,
 ``snapshot`` and ``stats`` jobs, and the session helper. What must not: the worker, the operator
 or the CLI (import-linter enforces it); only storagecore and pyspark (with pyarrow). Log dirs are
-read without locks or writes; anything that changes a log (offline writes, ``compact``) takes the
+read without locks; the only thing a read writes into a data dir is its pin set (hard links,
+storagecore.pins). Anything that changes a log (offline writes, ``compact``) takes the
 data dir's lock, so it runs only where no worker holds the dir.
 """
 
 from storagepipeline.logdirs import CorruptDataError, DataLossError, PipelineError
+from storagepipeline.reading import read_skip_report
 from storagepipeline.session import local_session, register
 from storagepipeline.source import SCHEMA, LogkeeperDataSource
 
@@ -18,5 +20,6 @@ __all__ = [
     "LogkeeperDataSource",
     "PipelineError",
     "local_session",
+    "read_skip_report",
     "register",
 ]

@@ -167,6 +167,14 @@ class Pinner:
         if pin_set is not None:
             shutil.rmtree(pin_set.path / directory.name, ignore_errors=True)
 
+    def record_log_start(self, directory: Path, log_start: int) -> None:
+        """Keep the partition's log start with its pins (a later read planned from them
+        starts where this snapshot started)."""
+        pin_set = self.sets.get(directory.parent.resolve())
+        view = pin_set.path / directory.name if pin_set is not None else None
+        if view is not None and view.is_dir():
+            (view / _PINNED_LOG_START).write_text(f"{log_start}\n")
+
     def option_value(self) -> str:
         """The ``pinSets`` option that hands these sets to a data source read."""
         return ",".join(str(pin_set.path) for pin_set in self.sets.values())
@@ -271,6 +279,16 @@ def read_log_start_offset(directory: Path) -> int:
     return offsets.get(tp, 0)
 
 
+_PINNED_LOG_START: Final = "log-start-offset"
+
+
+def _read_pinned_log_start(view: Path, default: int) -> int:
+    try:
+        return int((view / _PINNED_LOG_START).read_text())
+    except (OSError, ValueError):
+        return default
+
+
 def open_pinned(ref: SegmentRef) -> FileRecords | None:
     """The planned file, read-only: its pin, its name or its ``.deleted`` name; None if gone."""
     candidates = (ref.path, ref.path + core_files.DELETED_SUFFIX)
@@ -363,7 +381,14 @@ def snapshot_partition(
         )
     log_end = refs[-1].end_offset if refs else 0
     first_base = refs[0].base_offset if refs else 0
-    log_start = min(max(read_log_start_offset(directory), first_base), log_end)
+    view = pinner.view_of(directory) if pinner is not None else None
+    if view is not None:
+        # Planned from a job's pins: the log start as the job saw it, not as it is now.
+        log_start = _read_pinned_log_start(view, first_base)
+    else:
+        log_start = min(max(read_log_start_offset(directory), first_base), log_end)
+        if pinner is not None:
+            pinner.record_log_start(directory, log_start)
     return PartitionSnapshot(
         topic=tp.topic,
         partition=tp.partition,

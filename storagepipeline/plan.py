@@ -58,6 +58,7 @@ READ_OPTIONS: Final = frozenset(
         "pushdown",
         "pinms",
         "pinsets",
+        "skipreportpath",
     }
 )
 #: How long a read's pins (storagecore.pins) may outlive it: the data source has no end-of-job
@@ -125,6 +126,9 @@ class ReadSpec:
     pin_ms: int = DEFAULT_PIN_MS
     #: Pin sets a job made (its listing is planned from them): see ``logdirs.Pinner``.
     pin_sets: tuple[str, ...] = ()
+    #: A directory where each read task that skipped something (failOnCorruption=false,
+    #: failOnDataLoss=false) writes what it skipped: ``reading.read_skip_report`` sums them.
+    skip_report_path: str | None = None
 
     def pinner(self) -> Pinner:
         frozen = []
@@ -231,6 +235,7 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
         pushdown=_flag(options, "pushdown", False),
         pin_ms=DEFAULT_PIN_MS if pin_ms is None else pin_ms,
         pin_sets=pin_sets,
+        skip_report_path=str(options["skipreportpath"]) if options.get("skipreportpath") else None,
     )
 
 

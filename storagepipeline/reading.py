@@ -11,16 +11,19 @@ with Kafka consumers.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from storagecore import Record, RecordBatch
+from storagecore import Record, RecordBatch, durability
 from storagecore.errors import CorruptRecordError
 from storagecore.records.file_records import FileRecords
 from storagepipeline.logdirs import (
     CorruptDataError,
     DataLossError,
+    PipelineError,
     SegmentRef,
     current_refs,
     index_position,
@@ -42,6 +45,21 @@ class ReadCounters:
     fallbacks: int = 0
     #: Offsets planned but removed by retention before they were read (failOnDataLoss=false).
     lost_offsets: int = 0
+    #: What was skipped, one message each (file, position, reason), the first
+    #: :data:`SKIPPED_KEPT` of them.
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+    def note(self, message: str) -> None:
+        if len(self.skipped) < SKIPPED_KEPT:
+            self.skipped.append(message)
+
+    @property
+    def anything(self) -> bool:
+        return bool(self.corrupt_batches or self.fallbacks or self.lost_offsets)
+
+
+#: A limit on the skip messages one read task keeps (the counts are always exact).
+SKIPPED_KEPT = 100
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,6 +68,50 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     #: Skip batches whose max timestamp is below this (a pushed-down ``timestamp >=`` filter).
     min_timestamp: int | None = None
+
+
+# -- the skip report ------------------------------------------------------------------------------
+def write_skip_report(
+    report_dir: Path, topic: str, partition: int, first: SegmentRef, counters: ReadCounters
+) -> Path:
+    """One read task's skips as ``<topic>-<partition>-<base>-<start>.json`` in ``report_dir``.
+
+    Named by the planned unit, and replaced atomically, so a retried task overwrites its
+    earlier attempt's file instead of counting twice.
+    """
+    report_dir.mkdir(parents=True, exist_ok=True)
+    path = report_dir / f"{topic}-{partition}-{first.base_offset:020d}-{first.start_offset}.json"
+    document = {
+        "topic": topic,
+        "partition": partition,
+        "segment": first.path,
+        "start_offset": first.start_offset,
+        **{k: v for k, v in dataclasses.asdict(counters).items()},
+    }
+    durability.write_atomically(path, (json.dumps(document, indent=1) + "\n").encode())
+    return path
+
+
+def read_skip_report(report_dir: Path) -> dict[str, Any]:
+    """What the read tasks that wrote into ``report_dir`` skipped: totals, per partition, and
+    their messages (an empty report for a missing directory: nothing was skipped)."""
+    totals = {"corrupt_batches": 0, "lost_offsets": 0, "fallbacks": 0}
+    partitions: dict[str, dict[str, int]] = {}
+    messages: list[str] = []
+    paths = sorted(report_dir.glob("*.json")) if report_dir.is_dir() else []
+    for path in paths:
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PipelineError(f"skip report {path} is unreadable: {exc}") from exc
+        per = partitions.setdefault(
+            f"{document['topic']}-{document['partition']}", dict.fromkeys(totals, 0)
+        )
+        for key in totals:
+            totals[key] += int(document[key])
+            per[key] += int(document[key])
+        messages.extend(document["skipped"])
+    return {**totals, "partitions": partitions, "skipped": messages}
 
 
 def batches(
@@ -112,6 +174,7 @@ def _lost(
         raise DataLossError(message + "; rerun the read, or set failOnDataLoss=false to skip")
     logger.warning("%s; skipped (failOnDataLoss=false)", message)
     counters.lost_offsets += end - start
+    counters.note(message)
 
 
 def _batches_of(
@@ -124,7 +187,7 @@ def _batches_of(
         try:
             item = next(walk, None)
         except CorruptRecordError as exc:
-            _corrupt(records.path, batch_position, exc, options, counters, framing=True)
+            _corrupt(Path(ref.path), batch_position, exc, options, counters, framing=True)
             return
         if item is None:
             return
@@ -135,7 +198,7 @@ def _batches_of(
             batch.validate()
             last_offset = batch.last_offset
         except CorruptRecordError as exc:
-            _corrupt(records.path, batch_position, exc, options, counters, framing=False)
+            _corrupt(Path(ref.path), batch_position, exc, options, counters, framing=False)
             continue
         if last_offset < ref.start_offset or batch.is_control:
             continue
@@ -161,6 +224,7 @@ def _corrupt(
     counters.corrupt_batches += 1
     what = "the rest of the segment" if framing else "the batch"
     logger.warning("Skipping %s (failOnCorruption=false): %s", what, message)
+    counters.note(f"skipped {what}: {message}")
 
 
 def records(

@@ -127,8 +127,16 @@ class LogkeeperReader(DataSourceReader):
                 for item in reading.records(ref, directory, options, counters)
             )
         yield from ArrowBuilder(self.schema, unit, self.spec.max_records_per_batch).batches(rows)
-        if counters.corrupt_batches or counters.fallbacks or counters.lost_offsets:
+        if counters.anything:
             logger.warning("%s-%d read: %s", unit.topic, unit.partition, counters)
+            if self.spec.skip_report_path:
+                reading.write_skip_report(
+                    Path(self.spec.skip_report_path),
+                    unit.topic,
+                    unit.partition,
+                    unit.refs[0],
+                    counters,
+                )
 
 
 class PushdownReader(LogkeeperReader):

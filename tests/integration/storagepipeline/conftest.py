@@ -21,6 +21,8 @@ from storagecore import (  # noqa: E402
     TopicPartition,
     build_batch,
 )
+from storagecore.cleaner import CleanerConfig  # noqa: E402
+from storagecore.log_cleaner import LogCleaner  # noqa: E402
 from storagepipeline import local_session  # noqa: E402
 
 START_MS = 1_700_000_000_000
@@ -61,3 +63,20 @@ def copy_dir(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     (target / ".lock").unlink(missing_ok=True)
     return target
+
+
+def clean_and_delete_everything(
+    data_dir: Path, topic: str, config: dict[str, object], log_start: int = 150
+) -> None:
+    """What a worker may do to a topic at any moment: its cleaner rewrites every sealed segment,
+    retention moves each partition's log start to ``log_start``, and every replaced or deleted
+    file is unlinked at once (as after file.delete.delay.ms)."""
+    log_config = LogConfig.from_topic_config({"segment.bytes": 4096, **config})
+    clock = ManualClock(START_MS + 10**6)
+    with LogManager([data_dir], config_for={topic: log_config}, clock=clock) as manager:
+        LogCleaner(manager, CleanerConfig(), clock=clock).clean_until_done()
+        for log in manager.logs.values():
+            log.maybe_increment_log_start_offset(log_start, "test")
+            log.delete_old_segments()
+            log.delete_expired_files(force=True)
+    assert not list(data_dir.glob(f"{topic}-*/*.deleted"))

@@ -12,14 +12,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import BinaryType
 
-from storagecore import Compression, LogConfig, LogManager, ManualClock, NewRecord
+from storagecore import Compression, LogConfig, LogManager, ManualClock, NewRecord, pins
 from storagecore.cleaner import CleanerConfig
 from storagecore.log_cleaner import LogCleaner
 from storagecore.partitioner import partition_for_key
-from storagepipeline import PipelineError
+from storagepipeline import PipelineError, jobs
 from storagepipeline.compact import compact
 from storagepipeline.jobs import read_manifest, snapshot, stats
-from tests.integration.storagepipeline.conftest import START_MS, copy_dir, write_log
+from tests.integration.storagepipeline.conftest import (
+    START_MS,
+    clean_and_delete_everything,
+    copy_dir,
+    write_log,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -181,6 +186,32 @@ def test_snapshot_then_more_traffic_exports_only_the_changes(
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # nothing half-written
     run3 = snapshot(spark, [str(data)], str(out), topics=["profiles"])
     assert run3.rows == 0  # nothing new
+    assert pins.pin_sets(data) == []  # each run released its read pins
+
+
+def test_a_snapshot_is_one_point_in_time_while_the_worker_cleans_and_deletes(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after the job pinned and took its offsets, the worker cleans every sealed segment,
+    moves the log start to 150 and unlinks the old files: the export is still exactly the
+    state at the job's offsets (unpinned, offsets below 150 would be data loss)."""
+    data, out = tmp_path / "data", tmp_path / "export"
+    config = {"cleanup.policy": "compact,delete", "file.delete.delay.ms": 0}
+    batches = traffic(2, 60, 25)
+    write_log(data, "profiles", batches, config=config)
+    real = jobs._snapshots
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        snaps = real(*args, **kwargs)
+        clean_and_delete_everything(data, "profiles", config)
+        return snaps
+
+    monkeypatch.setattr(jobs, "_snapshots", racing)
+    run = snapshot(spark, [str(data)], str(out), topics=["profiles"])
+    want = {k: (o, v, False) for k, (o, v) in latest(batches).items() if v is not None}
+    assert table(spark, run.path) == want
+    assert run.start_offsets == {"profiles-0": 0, "profiles-1": 0}
+    assert pins.pin_sets(data) == []
 
 
 # -- stats ---------------------------------------------------------------------------------------
@@ -212,6 +243,7 @@ def test_stats_per_partition(spark: SparkSession, tmp_path: Path) -> None:
     assert all(
         row["dirty_ratio"] == 0.0 for row in stats(spark, [str(tmp_path)], topics=["profiles"])
     )
+    assert pins.pin_sets(tmp_path) == []
 
 
 # -- writer --------------------------------------------------------------------------------------

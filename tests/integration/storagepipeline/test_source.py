@@ -9,17 +9,23 @@ from __future__ import annotations
 import datetime
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from storagecore import Compression, NewRecord
+from storagecore import Compression, NewRecord, TopicPartition, files, pins
 from storagecore.records import layout
-from storagepipeline import plan
+from storagepipeline import plan, read_skip_report
+from storagepipeline.logdirs import Pinner, snapshot_partition
 from storagepipeline.source import SCHEMA, LogkeeperInputPartition, LogkeeperReader
-from tests.integration.storagepipeline.conftest import START_MS, write_log
+from tests.integration.storagepipeline.conftest import (
+    START_MS,
+    clean_and_delete_everything,
+    write_log,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -287,11 +293,22 @@ def test_a_corrupt_batch_fails_the_read_with_file_and_position_or_is_skipped(
     segment.write_bytes(bytes(data))
     with pytest.raises(Exception, match=f"{segment.name} at position {second}: .*CRC mismatch"):
         read(spark, tmp_path, "orders").collect()
-    skipped = read(spark, tmp_path, "orders", failOnCorruption="false")
+    report = tmp_path / "skipped"
+    skipped = read(spark, tmp_path, "orders", failOnCorruption="false", skipReportPath=str(report))
     base = int(segment.name.split(".")[0])
     # Which offsets the second batch of the segment held: 5 records per batch.
     lost = set(range(base + 5, base + 10))
     assert rows(skipped) == expected(model, lambda p, o: o not in lost)
+    # The tasks' skips reach the driver through the report directory: one file per read task,
+    # named by its planned unit (a retried task replaces its own file, never counts twice).
+    summary = read_skip_report(report)
+    assert summary["corrupt_batches"] == 1 and summary["lost_offsets"] == 0
+    assert summary["partitions"] == {
+        "orders-0": {"corrupt_batches": 1, "lost_offsets": 0, "fallbacks": 0}
+    }
+    (message,) = summary["skipped"]
+    assert f"{segment} at position {second}: " in message and "CRC mismatch" in message
+    assert read_skip_report(tmp_path / "nothing-skipped")["corrupt_batches"] == 0
 
 
 # -- snapshot consistency (the reader driven directly, without Spark) ---------------------------
@@ -309,9 +326,11 @@ def test_a_planned_read_survives_cleaning_and_deletion_of_its_segments(tmp_path:
     from storagecore.cleaner import CleanerConfig
     from storagecore.log_cleaner import LogCleaner
 
+    """Unpinned (pinMs=0, as on a read-only mount): exact within file.delete.delay.ms, then
+    the successors, then data loss."""
     config = {"cleanup.policy": "compact,delete", "file.delete.delay.ms": 60_000}
     model = build(tmp_path, "profiles", partitions=1, keys=5, batches=60, config=config, keyless=0)
-    spec = plan.parse_read_options({"path": str(tmp_path), "topic": "profiles"})
+    spec = plan.parse_read_options({"path": str(tmp_path), "topic": "profiles", "pinMs": "0"})
     reader = LogkeeperReader(spec, SCHEMA)
     parts = [p for p in reader.partitions() if isinstance(p, LogkeeperInputPartition)]
     before = _read_all(reader, parts)
@@ -337,9 +356,69 @@ def test_a_planned_read_survives_cleaning_and_deletion_of_its_segments(tmp_path:
         _read_all(reader, parts)
     lenient = LogkeeperReader(
         plan.parse_read_options(
-            {"path": str(tmp_path), "topic": "profiles", "failOnDataLoss": "false"}
+            {
+                "path": str(tmp_path),
+                "topic": "profiles",
+                "failOnDataLoss": "false",
+                "pinMs": "0",
+                "skipReportPath": str(tmp_path / "report"),
+            }
         ),
         SCHEMA,
     )
     remaining = _read_all(lenient, parts)
     assert remaining and all(o >= 150 for _p, o, _v in remaining)
+    lost = read_skip_report(tmp_path / "report")
+    # Lost: the planned offsets below the first segment retention kept (its base <= 150).
+    first_kept = min(int(p.name[:20]) for p in (tmp_path / "profiles-0").glob("*.log"))
+    assert 0 < first_kept <= 150
+    assert lost["lost_offsets"] == first_kept == lost["partitions"]["profiles-0"]["lost_offsets"]
+    assert all("were deleted (retention or delete-records)" in m for m in lost["skipped"])
+    assert not (tmp_path / files.PINS_DIR).exists()  # pinMs=0 writes nothing
+
+
+def test_a_pinned_read_sees_the_planned_bytes_after_cleaning_and_retention(tmp_path: Path) -> None:
+    """The default: the plan hard-links its segments into a pin set (storagecore.pins), so the
+    read is exact however long after planning it runs, until the pin set's lease passes."""
+    config = {"cleanup.policy": "compact,delete", "file.delete.delay.ms": 60_000}
+    model = build(tmp_path, "profiles", partitions=1, keys=5, batches=60, config=config, keyless=0)
+    reader = LogkeeperReader(
+        plan.parse_read_options({"path": str(tmp_path), "topic": "profiles"}), SCHEMA
+    )
+    parts = [p for p in reader.partitions() if isinstance(p, LogkeeperInputPartition)]
+    assert all(ref.pin_path for part in parts for ref in part.unit.refs)
+    before = _read_all(reader, parts)
+    assert before == sorted((0, o, v) for o, _k, v, _t, _h in model[0])
+    clean_and_delete_everything(tmp_path, "profiles", config)
+    assert _read_all(reader, parts) == before  # not the successors, no data loss
+    (pin_set,) = pins.pin_sets(tmp_path)
+    lease_left_ms = pin_set.expires_ms - time.time() * 1000
+    assert plan.DEFAULT_PIN_MS - 60_000 <= lease_left_ms <= plan.DEFAULT_PIN_MS
+    assert pins.pinned_bytes(tmp_path) > 0
+    # The lease passed (the worker's delete task, or the next read's planning, sweeps it).
+    pins.sweep_expired(tmp_path, pin_set.expires_ms + 1)
+    with pytest.raises(plan.DataLossError, match="were deleted"):
+        _read_all(reader, parts)
+
+
+def test_a_job_pin_set_freezes_the_listing_for_a_later_read(tmp_path: Path) -> None:
+    """``pinSets``: a job pins on its driver, and the data source plans from those links,
+    so the job's offsets and the records read are one point in time."""
+    config = {"cleanup.policy": "compact,delete", "file.delete.delay.ms": 60_000}
+    model = build(tmp_path, "profiles", partitions=1, keys=5, batches=60, config=config, keyless=0)
+    pinner = Pinner(plan.DEFAULT_PIN_MS)
+    snap = snapshot_partition(TopicPartition("profiles", 0), tmp_path / "profiles-0", pinner)
+    clean_and_delete_everything(tmp_path, "profiles", config)
+    options = {"path": str(tmp_path), "topic": "profiles", "pinSets": pinner.option_value()}
+    reader = LogkeeperReader(plan.parse_read_options(options), SCHEMA)
+    parts = [p for p in reader.partitions() if isinstance(p, LogkeeperInputPartition)]
+    planned = [ref for part in parts for ref in part.unit.refs]
+    pinned = [ref for ref in snap.segments if ref.start_offset < ref.end_offset]
+    assert [(r.base_offset, r.inode) for r in planned] == [(r.base_offset, r.inode) for r in pinned]
+    # The live log starts at 150 now and was cleaned; the read is the pinned state, all of it.
+    assert _read_all(reader, parts) == sorted((0, o, v) for o, _k, v, _t, _h in model[0])
+    assert len(pins.pin_sets(tmp_path)) == 1  # the read used the job's set, made none of its own
+    pinner.release()
+    assert pins.pin_sets(tmp_path) == []
+    with pytest.raises(plan.PipelineError, match="option pinSets: .*released or expired"):
+        LogkeeperReader(plan.parse_read_options(options), SCHEMA).partitions()

@@ -9,16 +9,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
-from storagecore import NewRecord, TopicPartition, build_batch
+from storagecore import NewRecord, TopicPartition, build_batch, pins
 from storagecore.cleaner_manager import CleaningState
 from storagecore.clock import ManualClock
 from storagecore.errors import ConfigError
 from storageworker.controls import COMPACT_NOW, PAUSE_CLEANING, PAUSE_RETENTION
+from storageworker.metrics import WorkerCollector
 from storageworker.status import volume_status
 from storageworker.worker import Worker
 
 START_MS = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
+
+
+def worker_registry(worker: Worker) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(WorkerCollector(worker))
+    return registry
 
 
 def topic_yaml(
@@ -214,6 +222,38 @@ def test_pause_retention_keeps_segments_until_resumed(setup: Setup) -> None:
     worker._run_retention()
     assert len(worker.log_manager.get_log(tp).segments) < segments
     assert worker.log_manager.retention_totals.segments_deleted > 0
+
+
+def test_the_delete_task_sweeps_expired_read_pins_and_measures_the_live_ones(
+    setup: Setup,
+) -> None:
+    config = {"retention.ms": 1000, "segment.bytes": 1024, "file.delete.delay.ms": 0}
+    setup.declare(topic_yaml("r", 1, config))
+    worker = setup.start()
+    assert worker.log_manager is not None
+    tp = TopicPartition("r", 0)
+    fill(worker, tp)
+    data_dir = setup.root / "data"
+    log = worker.log_manager.get_log(tp)
+    # A Spark reader pinned every segment (lease 60 s); another reader's lease has passed.
+    live = pins.create_pin_set(data_dir, START_MS + 60_000)
+    for segment in log.segments:
+        assert pins.pin_segment(live, tp, segment.log.path, segment.log.path.stat().st_ino)
+    expired = pins.create_pin_set(data_dir, START_MS - 1)
+    sealed_bytes = sum(s.size_bytes for s in log.segments[:-1])
+    setup.clock.advance(10_000)
+    worker._run_retention()  # deletes every sealed segment: the pins now hold their bytes
+    worker._run_deletes()
+    assert not expired.path.exists() and live.path.exists()
+    assert worker.pin_sets_expired == 1
+    held = worker.pinned_bytes[str(data_dir)]
+    assert held >= sealed_bytes > 0  # the .log files plus their index files
+    text = generate_latest(worker_registry(worker)).decode()
+    assert f'logkeeper_read_pins_bytes{{dir="{data_dir}"}} {float(held)}' in text
+    assert "logkeeper_read_pin_sets_expired_total 1.0" in text
+    setup.clock.advance(60_000)
+    worker._run_deletes()
+    assert not live.path.exists() and worker.pinned_bytes[str(data_dir)] == 0
 
 
 def test_compact_now_annotation_asks_once_per_new_value(setup: Setup) -> None:
