@@ -35,6 +35,7 @@ from storagecore.loader import load_log
 from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
 from storagecore.records import layout
 from storagecore.records.batch import Record, RecordBatch, iter_complete_batches
+from storagecore.records.file_records import FileRegion
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.segment import LogSegment, RollParams
@@ -74,6 +75,13 @@ class FetchResult(NamedTuple):
     #: Where the next sequential fetch starts: after the last complete batch in ``records``
     #: (the fetch offset itself when ``records`` holds no complete batch).
     next_offset: int = -1
+    #: The records as a zero-copy file region instead of bytes (``records`` is then empty);
+    #: the caller sends it and closes it.
+    region: FileRegion | None = None
+
+    @property
+    def size_bytes(self) -> int:
+        return self.region.size_bytes if self.region is not None else len(self.records)
 
 
 @dataclasses.dataclass(slots=True)
@@ -391,21 +399,31 @@ class Log:
         *,
         min_one_message: bool = True,
         max_offset: int | None = None,
+        region_min_bytes: int | None = None,
     ) -> FetchResult:
         """Whole batches from the one holding ``start_offset`` (Kafka ``UnifiedLog.read``).
 
         Raises :class:`OffsetOutOfRangeError` outside ``[log start, log end]``. At the log end
-        the result is empty. ``max_offset`` bounds what is exposed (an isolation level).
+        the result is empty. ``max_offset`` bounds what is exposed (an isolation level). A
+        read of at least ``region_min_bytes`` (None: never) is returned as a
+        :class:`FileRegion` for ``sendfile`` (Kafka's zero-copy fetch path).
         """
         with self._lock:
             self._check_usable()
             try:
-                return self._read_locked(start_offset, max_bytes, min_one_message, max_offset)
+                return self._read_locked(
+                    start_offset, max_bytes, min_one_message, max_offset, region_min_bytes
+                )
             except OSError as exc:
                 raise self._io_failed(f"read from {self.tp}", exc) from exc
 
     def _read_locked(
-        self, start_offset: int, max_bytes: int, min_one_message: bool, max_offset: int | None
+        self,
+        start_offset: int,
+        max_bytes: int,
+        min_one_message: bool,
+        max_offset: int | None,
+        region_min_bytes: int | None,
     ) -> FetchResult:
         log_end = self.log_end_offset
         if start_offset < self._log_start_offset or start_offset > log_end:
@@ -414,7 +432,12 @@ class Log:
             )
         upper = log_end if max_offset is None else min(max_offset, log_end)
 
-        def result(records: bytes, incomplete: bool = False, next_offset: int = -1) -> FetchResult:
+        def result(
+            records: bytes,
+            incomplete: bool = False,
+            next_offset: int = -1,
+            region: FileRegion | None = None,
+        ) -> FetchResult:
             return FetchResult(
                 records,
                 start_offset,
@@ -423,6 +446,7 @@ class Log:
                 log_end,
                 incomplete,
                 start_offset if next_offset < 0 else next_offset,
+                region,
             )
 
         if start_offset >= upper:
@@ -435,9 +459,13 @@ class Log:
                 header = segment.translate_offset(upper)
                 if header is not None and header.base_offset >= upper:
                     max_position = header.position
-            data = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            data = segment.read(
+                start_offset, max_bytes, max_position, min_one_message, region_min_bytes
+            )
             if data is not None:
-                return result(data.records, data.first_entry_incomplete, data.next_offset)
+                return result(
+                    data.records, data.first_entry_incomplete, data.next_offset, data.region
+                )
             index += 1
         return result(b"")
 

@@ -17,7 +17,7 @@ from storagecore import durability, files
 from storagecore.errors import CorruptRecordError, SegmentOffsetOverflowError
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
-from storagecore.records.file_records import BatchHeader, FileRecords
+from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
 from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,8 @@ class FetchData:
     first_entry_incomplete: bool = False
     #: Offset after the last complete batch in ``records`` (where the next fetch starts).
     next_offset: int = -1
+    #: The same bytes as a zero-copy region instead (``records`` is then empty).
+    region: FileRegion | None = None
 
 
 class LogSegment:
@@ -223,11 +225,13 @@ class LogSegment:
         max_size: int,
         max_position: int | None = None,
         min_one_message: bool = False,
+        region_min_bytes: int | None = None,
     ) -> FetchData | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes.
 
         With ``min_one_message`` the first batch is returned whole even if it exceeds
         ``max_size``. Returns None when no batch in this segment reaches ``start_offset``.
+        A read of at least ``region_min_bytes`` (None: never) comes back as a file region.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for read from {self.log.path}")
@@ -242,13 +246,19 @@ class LogSegment:
         if not min_one_message and header.size_bytes > max_size:
             return FetchData(start_offset, self.base_offset, position, b"", True, start_offset)
         fetch_size = min(max_position - position, adjusted_max)
+        next_offset = self._next_offset_before(header, position + fetch_size)
+        if region_min_bytes is not None and fetch_size >= max(region_min_bytes, 1):
+            region = self.log.region(position, fetch_size)
+            return FetchData(
+                start_offset, self.base_offset, position, b"", False, next_offset, region
+            )
         return FetchData(
             start_offset,
             self.base_offset,
             position,
             self.log.read(position, fetch_size),
             False,
-            self._next_offset_before(header, position + fetch_size),
+            next_offset,
         )
 
     def _next_offset_before(self, first: BatchHeader, end: int) -> int:

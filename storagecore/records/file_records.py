@@ -45,6 +45,51 @@ class BatchHeader(NamedTuple):
         return self.last_offset + 1
 
 
+class FileRegion:
+    """Bytes ``[position, position + size_bytes)`` of a ``.log`` file, for a zero-copy send.
+
+    Owns a duplicate of the file's descriptor: the bytes stay readable after the segment is
+    renamed, replaced by the cleaner or deleted (Kafka's ``FileRecords.slice`` + ``sendfile``).
+    The region's bytes are below the log end when it is cut, so nothing rewrites them. The
+    holder sends it (``os.sendfile`` on ``fd``) or reads it, then calls :meth:`close`.
+    """
+
+    __slots__ = ("fd", "position", "size_bytes")
+
+    def __init__(self, fd: int, position: int, size_bytes: int) -> None:
+        assert position >= 0 and size_bytes > 0, (position, size_bytes)
+        self.fd = os.dup(fd)
+        self.position = position
+        self.size_bytes = size_bytes
+
+    def __len__(self) -> int:
+        return self.size_bytes
+
+    def read(self) -> bytes:
+        """The region's bytes (the copy path: TLS connections, tests)."""
+        assert self.fd >= 0, "region already closed"
+        chunks: list[bytes] = []
+        done = 0
+        while done < self.size_bytes:
+            chunk = os.pread(self.fd, self.size_bytes - done, self.position + done)
+            if not chunk:
+                raise OSError(f"file region ended {self.size_bytes - done} bytes short")
+            chunks.append(chunk)
+            done += len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:  # a backstop: holders close regions explicitly
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, size={self.size_bytes})"
+
+
 class FileRecords:
     """One open ``.log`` file; ``size_bytes`` is its logical size (appends go there)."""
 
@@ -84,6 +129,11 @@ class FileRecords:
                 break
             data += more
         return data
+
+    def region(self, position: int, size: int) -> FileRegion:
+        """``read(position, size)`` as a :class:`FileRegion` (no bytes copied here)."""
+        size = max(0, min(size, self.size_bytes - position))
+        return FileRegion(self._fd, position, size)
 
     def flush(self) -> None:
         durability.fsync_fd(self._fd)

@@ -51,6 +51,7 @@ from storagecore.errors import (
     UnknownTopicOrPartitionError,
 )
 from storagecore.log import FetchResult
+from storagecore.records.file_records import FileRegion
 from storageworker.kafka import messages
 from storageworker.kafka.producers import SequenceError
 
@@ -110,7 +111,10 @@ class Broker(Protocol):
     def append(self, tp: TopicPartition, records: bytes) -> Appended:
         """Raises StorageError or SequenceError."""
 
-    def read(self, tp: TopicPartition, offset: int, max_bytes: int) -> FetchResult: ...
+    def read(
+        self, tp: TopicPartition, offset: int, max_bytes: int, *, zero_copy: bool = False
+    ) -> FetchResult:
+        """With ``zero_copy`` a large enough read comes back as a file region to sendfile."""
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) for earliest (-2), latest (-1), max timestamp (-3) or a
@@ -261,16 +265,32 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
 # -- Fetch -----------------------------------------------------------------------------------
 
 
+#: Reads of at least this many bytes of one partition are sent with sendfile (zero copy);
+#: smaller ones are copied (a region costs a descriptor and a send call of its own).
+ZERO_COPY_MIN_BYTES: Final = 16 << 10
+
+
+def release(results: list[tuple[int, FetchResult | None]]) -> None:
+    """Close the file regions of fetch results that will not be sent."""
+    for _error, result in results:
+        if result is not None and result.region is not None:
+            result.region.close()
+
+
 async def fetch(
     request: Request,
     broker: Broker,
     run: Callable[[Callable[[], Any]], Awaitable[Any]],
     next_append: Callable[[], asyncio.Event],
+    *,
+    zero_copy: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """The response and the record bytes sent. Waits up to max_wait_ms for min_bytes.
 
     ``next_append()`` is an event set by the next append anywhere on the worker; it is taken
     *before* each read, so an append that lands between the read and the wait still wakes it.
+    With ``zero_copy`` the response's large ``records`` are file regions: the caller sends
+    them (sendfile) and closes them.
     """
     data = request.data
     max_bytes = data["max_bytes"] if data["max_bytes"] > 0 else 1 << 30
@@ -284,6 +304,7 @@ async def fetch(
     results: list[tuple[int, FetchResult | None]] = []
 
     def read_all() -> int:
+        release(results)  # a re-read after a wait: the earlier regions are not sent
         results.clear()
         total = 0
         for name, index, offset, partition_max in wanted:
@@ -292,26 +313,32 @@ async def fetch(
                 continue
             limit = max(min(partition_max, max_bytes - total), 0)
             try:
-                result = broker.read(TopicPartition(name, index), offset, limit)
+                result = broker.read(
+                    TopicPartition(name, index), offset, limit, zero_copy=zero_copy
+                )
             except StorageError as exc:
                 results.append((error_for(exc), None))
                 continue
             results.append((ErrorCode.NONE, result))
-            total += len(result.records)
+            total += result.size_bytes
         return total
 
     min_bytes = max(data["min_bytes"], 1)
     appended = next_append()
-    total = await run(read_all)
-
-    def failed() -> bool:  # an error answers at once, as Kafka's DelayedFetch does
-        return any(error != ErrorCode.NONE for error, _result in results)
-
-    while total < min_bytes and not failed() and time.monotonic() < deadline:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(appended.wait(), max(deadline - time.monotonic(), 0))
-        appended = next_append()
+    try:
         total = await run(read_all)
+
+        def failed() -> bool:  # an error answers at once, as Kafka's DelayedFetch does
+            return any(error != ErrorCode.NONE for error, _result in results)
+
+        while total < min_bytes and not failed() and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), max(deadline - time.monotonic(), 0))
+            appended = next_append()
+            total = await run(read_all)
+    except BaseException:
+        release(results)
+        raise
     responses: list[dict[str, Any]] = []
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (name, index, _offset, _max), (error, result) in zip(wanted, results, strict=True):
@@ -320,7 +347,10 @@ async def fetch(
             partitions = by_topic[name] = []
             responses.append({"topic": name, "partitions": partitions})
         # Kafka sends empty records, never null, with an error (librdkafka refuses null).
-        records = result.records if result is not None else b""
+        # A file region is written by the connection with sendfile, then closed.
+        records: bytes | FileRegion = b""
+        if result is not None:
+            records = result.region if result.region is not None else result.records
         partitions.append(
             {
                 "partition_index": index,

@@ -52,6 +52,11 @@ class KafkaCollector(Collector):
         for name, help_text, value in (
             ("kafka_received_bytes", "Bytes of Kafka requests", counters.bytes_in),
             ("kafka_sent_bytes", "Bytes of Kafka responses", counters.bytes_out),
+            (
+                "kafka_sent_zero_copy_bytes",
+                "Of the sent bytes: records sent with sendfile from segment files",
+                counters.bytes_out_zero_copy,
+            ),
             ("kafka_connections", "Kafka connections accepted", counters.connections),
             (
                 "kafka_refused_connections",

@@ -12,6 +12,8 @@ import struct
 from collections.abc import Callable
 from typing import Final, TypeVar
 
+from storagecore.records.file_records import FileRegion
+
 T = TypeVar("T")
 
 _I8: Final = struct.Struct(">b")
@@ -128,11 +130,26 @@ class Reader:
 
 
 class Writer:
-    """Builds a message from parts (joined once, when sent); ``size`` is their total."""
+    """Builds a message from parts (joined once, when sent); ``size`` is their total.
+
+    A part may be a :class:`FileRegion` (a fetch's records): the connection sends it with
+    sendfile and closes it (:meth:`close` does, for a message that is not sent).
+    """
 
     def __init__(self) -> None:
-        self.parts: list[bytes] = []
+        self.parts: list[bytes | FileRegion] = []
         self.size = 0
+
+    def region(self, region: FileRegion) -> Writer:
+        self.parts.append(region)
+        self.size += region.size_bytes
+        return self
+
+    def close(self) -> None:
+        """Close the message's file regions (after sending it, or instead)."""
+        for part in self.parts:
+            if isinstance(part, FileRegion):
+                part.close()
 
     def raw(self, data: bytes) -> Writer:
         self.parts.append(data)
@@ -182,15 +199,17 @@ class Writer:
         encoded = value.encode("utf-8")
         return self.uvarint(len(encoded) + 1).raw(encoded)
 
-    def nullable_bytes(self, value: bytes | None) -> Writer:
+    def nullable_bytes(self, value: bytes | FileRegion | None) -> Writer:
         if value is None:
             return self.int32(-1)
-        return self.int32(len(value)).raw(bytes(value))
+        self.int32(len(value))
+        return self.region(value) if isinstance(value, FileRegion) else self.raw(bytes(value))
 
-    def compact_nullable_bytes(self, value: bytes | None) -> Writer:
+    def compact_nullable_bytes(self, value: bytes | FileRegion | None) -> Writer:
         if value is None:
             return self.uvarint(0)
-        return self.uvarint(len(value) + 1).raw(bytes(value))
+        self.uvarint(len(value) + 1)
+        return self.region(value) if isinstance(value, FileRegion) else self.raw(bytes(value))
 
     def array_length(self, count: int | None, *, compact: bool = False) -> Writer:
         if compact:
@@ -201,7 +220,8 @@ class Writer:
         return self.uvarint(0)
 
     def bytes(self) -> bytes:
-        return b"".join(self.parts)
+        """The whole message (file regions read: the copy path)."""
+        return b"".join(p.read() if isinstance(p, FileRegion) else p for p in self.parts)
 
 
 def frame(payload: bytes) -> bytes:

@@ -321,7 +321,9 @@ def test_an_append_between_the_read_and_the_wait_still_wakes_the_fetch() -> None
         def partitions(self) -> dict[str, int]:
             return {"t": 1}
 
-        def read(self, tp: TopicPartition, offset: int, max_bytes: int) -> FetchResult:
+        def read(
+            self, tp: TopicPartition, offset: int, max_bytes: int, *, zero_copy: bool = False
+        ) -> FetchResult:
             state["reads"] += 1
             if state["reads"] == 1:  # an append lands while the first read runs
                 loop_box[0].call_soon_threadsafe(notify)
