@@ -8,6 +8,8 @@ linger 20 ms, 1 MiB batches) and a consumer (assign, offset 0) reads them back. 
 process and without the network, the same on-disk batches are appended to a fresh Log
 (storagecore's leader path: validation, offsets, index) and read back sequentially with
 ``Log.read``: the worker's own throughput. Printed: MB/s of values for each, and the ratios.
+Last, kcat (librdkafka's C command-line client) produces the same volume and consumes the
+Python producer's records: the same library without a Python object per record.
 
 Targets (issue 6): produce >= 100 MB/s, consume >= 300 MB/s on the 2-core machine.
 """
@@ -29,14 +31,18 @@ from storagecore import LogConfig, LogManager, TopicPartition
 from storagecore.records.batch import iter_complete_batches
 
 TOPIC = "bench"
+KCAT_TOPIC = "bench-kcat"
 SETTINGS = "retentionCheckIntervalMs: 600000\ncleaner: {threads: 1}\n"
 
 
 def start_worker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     (root / "topics.yaml").write_text(
-        "apiVersion: logkeeper.io/v1alpha1\nkind: Topic\n"
-        f"metadata: {{name: {TOPIC}}}\nspec:\n  partitions: 1\n  config:\n"
-        '    retention.ms: "-1"\n    segment.bytes: "1073741824"\n',
+        "---\n".join(
+            "apiVersion: logkeeper.io/v1alpha1\nkind: Topic\n"
+            f"metadata: {{name: {name}}}\nspec:\n  partitions: 1\n  config:\n"
+            '    retention.ms: "-1"\n    segment.bytes: "1073741824"\n'
+            for name in (TOPIC, KCAT_TOPIC)
+        ),
         encoding="utf-8",
     )
     (root / "settings.yaml").write_text(SETTINGS, encoding="utf-8")
@@ -123,6 +129,37 @@ def consume(address: str, count: int) -> float:
     return elapsed
 
 
+def kcat_produce(root: Path, address: str, count: int, size: int) -> float:
+    """The same volume with kcat (C, librdkafka) instead of Python: values from a file, one per
+    line (hex digits then zeros, about 2:1 with lz4 like the Python producer's)."""
+    values = root / "values.txt"
+    with values.open("wb") as out:
+        for _ in range(1024):
+            half = size // 2
+            line = os.urandom(half // 2 + 1).hex()[:half].encode() + b"0" * (size - half)
+            out.write(line + b"\n")
+    lines = values.read_bytes()
+    with values.open("wb") as out:
+        for _ in range(count // 1024):
+            out.write(lines)
+    command = ["kcat", "-P", "-b", address, "-t", KCAT_TOPIC, "-p", "0", "-z", "lz4"]
+    command += ["-X", "linger.ms=20", "-X", "batch.size=1048576", "-X", "acks=1"]
+    command += ["-X", "queue.buffering.max.kbytes=1048576", "-l", str(values)]
+    started = time.perf_counter()
+    subprocess.run(command, check=True, timeout=600)
+    return time.perf_counter() - started
+
+
+def kcat_consume(address: str, count: int) -> float:
+    """Read ``count`` messages of the Python producer's topic with kcat, values to /dev/null."""
+    command = ["kcat", "-C", "-b", address, "-t", TOPIC, "-p", "0", "-o", "beginning"]
+    command += ["-c", str(count), "-q", "-f", "%s", "-X", "fetch.max.bytes=67108864"]
+    command += ["-X", "queued.max.messages.kbytes=1048576"]
+    started = time.perf_counter()
+    subprocess.run(command, check=True, timeout=600, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
 def fetch_wire(address: str, count: int) -> tuple[float, int]:
     """The worker alone: Fetch v12 requests of 1 MiB (librdkafka's default per partition)
     read sequentially by a client that does not decode records. (seconds, bytes sent)"""
@@ -204,6 +241,8 @@ def main() -> None:
                 produce_s = produce(address, count, size)
                 consume_s = consume(address, count)
                 wire_s, wire_bytes = fetch_wire(address, count)
+                kcat_consume_s = kcat_consume(address, count)
+                kcat_produce_s = kcat_produce(root, address, count, size)
             finally:
                 process.terminate()
                 process.wait(60)
@@ -215,7 +254,9 @@ def main() -> None:
             f"consume {megabytes / consume_s:7.1f} MB/s (direct read "
             f"{megabytes / read_s:7.1f} MB/s, ratio {read_s / consume_s:.2f}); "
             f"fetch without decoding {megabytes / wire_s:7.1f} MB/s of values "
-            f"({wire_bytes / wire_s / 1e6:.1f} MB/s on the wire)",
+            f"({wire_bytes / wire_s / 1e6:.1f} MB/s on the wire); "
+            f"kcat produce {megabytes / kcat_produce_s:7.1f} MB/s, "
+            f"consume {megabytes / kcat_consume_s:7.1f} MB/s",
             flush=True,
         )
 

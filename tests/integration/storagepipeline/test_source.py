@@ -255,6 +255,24 @@ def test_without_pushdown_a_reused_dataframe_stays_correct(
     assert rows(df) == expected(model)  # the filtered query did not narrow this one
 
 
+def test_pyspark_reuses_a_pushed_down_plan_which_is_why_pushdown_is_opt_in(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A canary for the reason ``pushdown`` is opt-in: pyspark 4.3 stores the read planned
+    during filter pushdown on the loaded DataFrame's provider (``PythonDataSourceV2.setReadInfo``),
+    so a later query on the same DataFrame without pushable filters reuses the narrowed plan.
+    Spark's main branch keeps that read info on the scan instead. When a pyspark upgrade makes
+    this test fail, the leak is gone: make pushdown the default and drop this test."""
+    model = build(tmp_path, "orders", batches=20)
+    df = read(spark, tmp_path, "orders", pushdown="true")
+    narrowed = rows(df.where("partition = 1 AND offset >= 30"))
+    assert narrowed == expected(model, lambda p, o: p == 1 and o >= 30)
+    reused = rows(df)
+    if reused == expected(model):
+        pytest.fail("this pyspark no longer leaks a pushed-down plan: make pushdown the default")
+    assert reused == narrowed
+
+
 # -- the compacted view --------------------------------------------------------------------------
 def latest_model(model: Model) -> list[tuple[Any, ...]]:
     result = []
