@@ -155,6 +155,9 @@ class Pinner:
                 exc,
             )
             self._unpinnable.add(data_dir)
+            unused = self.sets.pop(data_dir, None)
+            if unused is not None:
+                pins.release(unused)
             return None
         if pinned is None:
             raise _VanishedError(log_path)

@@ -7,7 +7,9 @@ order), never from the reader itself.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
+import logging
 import random
 import time
 from pathlib import Path
@@ -417,6 +419,34 @@ def test_a_pinned_read_sees_the_planned_bytes_after_cleaning_and_retention(tmp_p
     pins.sweep_expired(tmp_path, pin_set.expires_ms + 1)
     with pytest.raises(plan.DataLossError, match="were deleted"):
         _read_all(reader, parts)
+
+
+def test_a_data_dir_that_cannot_hold_links_is_read_unpinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only mount (EROFS on link; as root the test cannot make one, so the error is
+    injected at os.link): one warning naming the dir, the plan has no pins, the rows are
+    exact, and the pin set that could be created is removed again."""
+    model = build(tmp_path, "orders", batches=10)
+
+    def read_only(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(pins.os, "link", read_only)
+    reader = LogkeeperReader(
+        plan.parse_read_options({"path": str(tmp_path), "topic": "orders"}), SCHEMA
+    )
+    with caplog.at_level(logging.WARNING):
+        parts = [p for p in reader.partitions() if isinstance(p, LogkeeperInputPartition)]
+    assert [r.message for r in caplog.records].count(
+        f"{tmp_path} cannot hold read pins ([Errno 30] Read-only file system): reading "
+        "unpinned, exact only within file.delete.delay.ms of planning"
+    ) == 1
+    assert parts and not any(ref.pin_path for part in parts for ref in part.unit.refs)
+    assert _read_all(reader, parts) == sorted(
+        (p, o, v) for p, records in model.items() for o, _k, v, _t, _h in records
+    )
+    assert pins.pin_sets(tmp_path) == []
 
 
 def test_a_job_pin_set_freezes_the_listing_for_a_later_read(tmp_path: Path) -> None:
