@@ -42,7 +42,6 @@ from storagecore.config import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-PINS_DIR: Final = files.PINS_DIR
 _PIN_SET_RE: Final = re.compile(r"^(?P<expires>\d{20})-(?P<id>[0-9a-f]{32})$")
 #: errno values that mean "this data dir cannot hold pins" (read-only mount, no permission,
 #: a file system without hard links): the reader goes on unpinned.
@@ -66,7 +65,7 @@ class PinSet:
 def create_pin_set(data_dir: Path, expires_ms: int) -> PinSet:
     """A new, empty pin set in ``data_dir`` (raises OSError when the dir cannot hold one)."""
     assert expires_ms >= 0, f"negative pin expiry {expires_ms}"
-    root = data_dir / PINS_DIR
+    root = data_dir / files.PINS_DIR
     root.mkdir(exist_ok=True)
     path = root / f"{expires_ms:020d}-{uuid.uuid4().hex}"
     path.mkdir()
@@ -76,8 +75,8 @@ def create_pin_set(data_dir: Path, expires_ms: int) -> PinSet:
 def open_pin_set(path: Path) -> PinSet:
     """An existing pin set named by its path (a reader handed a set by its job)."""
     match = _PIN_SET_RE.match(path.name)
-    if match is None or path.parent.name != PINS_DIR:
-        raise ValueError(f"{path} is not a pin set (<data dir>/{PINS_DIR}/<expiry>-<id>)")
+    if match is None or path.parent.name != files.PINS_DIR:
+        raise ValueError(f"{path} is not a pin set (<data dir>/{files.PINS_DIR}/<expiry>-<id>)")
     if not path.is_dir():
         raise FileNotFoundError(f"pin set {path} does not exist (released or expired)")
     return PinSet(path, int(match["expires"]))
@@ -147,7 +146,7 @@ def release(pin_set: PinSet) -> None:
 
 def pin_sets(data_dir: Path) -> list[PinSet]:
     """The pin sets of a data dir (names that are not pin sets are left alone and logged)."""
-    root = data_dir / PINS_DIR
+    root = data_dir / files.PINS_DIR
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:

@@ -86,7 +86,7 @@ def write_skip_report(
         "partition": partition,
         "segment": first.path,
         "start_offset": first.start_offset,
-        **{k: v for k, v in dataclasses.asdict(counters).items()},
+        **dataclasses.asdict(counters),
     }
     durability.write_atomically(path, (json.dumps(document, indent=1) + "\n").encode())
     return path

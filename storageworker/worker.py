@@ -110,7 +110,7 @@ class Worker:
         self.orphans: list[str] = []
         self.extra_partitions: list[str] = []
         #: Per data dir: bytes held only by readers' pins (storagecore.pins), as of the last
-        #: ``delete`` task, and how many expired pin sets that task has removed in all.
+        #: ``retention`` task, and how many expired pin sets that task has removed in all.
         self.pinned_bytes: dict[str, int] = {}
         self.pin_sets_expired = 0
         self.log_manager: LogManager | None = None
@@ -303,12 +303,14 @@ class Worker:
                 plan.log_start_offset_before,
                 plan.log_start_offset_after,
             )
+        # Once per retention check, not per delete check (every second): measuring walks every
+        # pinned file, and a lease of an hour needs no finer sweep.
+        self._sweep_pins()
 
     def _run_deletes(self) -> None:
         manager, _ = self.started_parts()
         manager.delete_expired_segment_files()
         manager.delete_expired_logs()
-        self._sweep_pins()
 
     def _sweep_pins(self) -> None:
         """Remove the Spark readers' pin sets whose lease passed (a reader that died keeps

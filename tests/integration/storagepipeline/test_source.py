@@ -415,7 +415,7 @@ def test_a_pinned_read_sees_the_planned_bytes_after_cleaning_and_retention(tmp_p
     lease_left_ms = pin_set.expires_ms - time.time() * 1000
     assert plan.DEFAULT_PIN_MS - 60_000 <= lease_left_ms <= plan.DEFAULT_PIN_MS
     assert pins.pinned_bytes(tmp_path) > 0
-    # The lease passed (the worker's delete task, or the next read's planning, sweeps it).
+    # The lease passed (the worker's retention task, or the next read's planning, sweeps it).
     pins.sweep_expired(tmp_path, pin_set.expires_ms + 1)
     with pytest.raises(plan.DataLossError, match="were deleted"):
         _read_all(reader, parts)

@@ -224,7 +224,7 @@ def test_pause_retention_keeps_segments_until_resumed(setup: Setup) -> None:
     assert worker.log_manager.retention_totals.segments_deleted > 0
 
 
-def test_the_delete_task_sweeps_expired_read_pins_and_measures_the_live_ones(
+def test_the_retention_task_sweeps_expired_read_pins_and_measures_the_live_ones(
     setup: Setup,
 ) -> None:
     config = {"retention.ms": 1000, "segment.bytes": 1024, "file.delete.delay.ms": 0}
@@ -242,8 +242,9 @@ def test_the_delete_task_sweeps_expired_read_pins_and_measures_the_live_ones(
     expired = pins.create_pin_set(data_dir, START_MS - 1)
     sealed_bytes = sum(s.size_bytes for s in log.segments[:-1])
     setup.clock.advance(10_000)
-    worker._run_retention()  # deletes every sealed segment: the pins now hold their bytes
-    worker._run_deletes()
+    worker._run_retention()  # deletes every sealed segment
+    worker._run_deletes()  # unlinks what is left under .deleted: only the pins hold the bytes
+    worker._run_retention()  # measures (once per retention check)
     assert not expired.path.exists() and live.path.exists()
     assert worker.pin_sets_expired == 1
     held = worker.pinned_bytes[str(data_dir)]
@@ -252,7 +253,7 @@ def test_the_delete_task_sweeps_expired_read_pins_and_measures_the_live_ones(
     assert f'logkeeper_read_pins_bytes{{dir="{data_dir}"}} {float(held)}' in text
     assert "logkeeper_read_pin_sets_expired_total 1.0" in text
     setup.clock.advance(60_000)
-    worker._run_deletes()
+    worker._run_retention()
     assert not live.path.exists() and worker.pinned_bytes[str(data_dir)] == 0
 
 
