@@ -16,7 +16,7 @@ COPY operator ./operator
 COPY logkeeper ./logkeeper
 RUN python -m venv /opt/logkeeper \
     && /opt/logkeeper/bin/pip install --no-cache-dir ".[worker,operator]" \
-    && /opt/logkeeper/bin/python -c "import storagecore.offset_map as m; assert m.IMPLEMENTATION == 'c'"
+    && /opt/logkeeper/bin/python -c "import storagecore.cleaner.offset_map as m; assert m.IMPLEMENTATION == 'c'"
 
 FROM python:3.11-slim-bookworm
 COPY --from=build /opt/logkeeper /opt/logkeeper

@@ -1,5 +1,5 @@
 """Build of the optional native speed-ups (storagecore.records._native: record scan and append
-validation; storagecore._offset_map_native: the cleaner's per-record work); metadata is in
+validation; storagecore.cleaner._native: the cleaner's per-record work); metadata is in
 pyproject.
 
 If the C compiler is missing the build falls back to the pure-Python reference with a warning;
@@ -33,8 +33,8 @@ setup(
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),
         Extension(
-            "storagecore._offset_map_native",
-            ["storagecore/_offset_map_native.c"],
+            "storagecore.cleaner._native",
+            ["storagecore/cleaner/_native.c"],
             depends=["storagecore/records/_layout.h"],
             # -O3 vectorises the side-by-side MD5 lanes (about 3x the digests per second).
             extra_compile_args=["-O3", "-Wall", "-Werror"],

@@ -11,7 +11,7 @@ of a separate, smaller run (tracing slows Python down, so it is not timed).
 
 Target for now (issue 3): >= 1M records/s per cleaner thread, uncompressed. The first line
 printed says which implementation of the per-record work ran (``c``: the native path of
-storagecore._offset_map_native; ``python`` with STORAGECORE_NO_EXTENSIONS=1).
+storagecore.cleaner._native; ``python`` with STORAGECORE_NO_EXTENSIONS=1).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from storagecore import Compression, LogConfig, LogManager, NewRecord, TopicPartition, build_batch
 from storagecore.cleaner import Cleaner, CleanRequest
-from storagecore.offset_map import IMPLEMENTATION, SkimpyOffsetMap
+from storagecore.cleaner.offset_map import IMPLEMENTATION, SkimpyOffsetMap
 
 TP = TopicPartition("bench", 0)
 BATCH_RECORDS = 100

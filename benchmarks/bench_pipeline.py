@@ -38,8 +38,8 @@ from storagecore import (
     TopicPartition,
     build_batch,
 )
-from storagecore.cleaner import CleanerConfig
-from storagecore.log_cleaner import LogCleaner
+from storagecore.cleaner.log_cleaner import LogCleaner
+from storagecore.config import CleanerConfig
 from storagepipeline import local_session
 from storagepipeline.compact import compact
 

@@ -628,9 +628,9 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     from storagecore import LogManager, ManualClock, SystemClock
-    from storagecore.cleaner import CleanerConfig
+    from storagecore.cleaner.log_cleaner import LogCleaner
+    from storagecore.config import CleanerConfig
     from storagecore.errors import ConfigError
-    from storagecore.log_cleaner import LogCleaner
 
     topics = _log_dir_topics(args)
     unknown = sorted(set(args.topic or ()) - set(topics))

@@ -31,9 +31,9 @@ from storagecore import (
     build_batch,
     parse_topic_manifests,
 )
-from storagecore.cleaner import CleanerConfig
+from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.clock import ScaledClock
-from storagecore.log_cleaner import LogCleaner
+from storagecore.config import CleanerConfig
 from storagecore.partitioner import partition_for_key
 from storagecore.verify import verify_log_dir
 from storageworker.http import AdminServer

@@ -9,7 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
 fi
 # The stamp covers the C sources too: an edited extension is rebuilt.
-stamp=".venv/.installed-$(cat pyproject.toml setup.py storagecore/*.c storagecore/*/*.c storagecore/*/*.h 2>/dev/null | sha256sum | cut -c1-16)-${extras//,/_}"
+sources=$(find storagecore -name '*.c' -o -name '*.h' | sort)
+# shellcheck disable=SC2086  # one path per word
+stamp=".venv/.installed-$(cat pyproject.toml setup.py $sources | sha256sum | cut -c1-16)-${extras//,/_}"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e ".[${extras}]"
   touch "$stamp"

@@ -12,6 +12,7 @@ out-of-range values raise :class:`ConfigError` naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple
@@ -427,3 +428,76 @@ def parse_topic_manifests(text: str, *, source: str = "<topics>") -> dict[str, T
             raise ConfigError(f"{source}: topic {topic.name!r} is declared twice")
         topics[topic.name] = topic
     return topics
+
+
+# -- the cleaner's broker-level settings ---------------------------------------------------------
+MIB: Final = 1 << 20
+
+
+#: Kafka broker keys of the cleaner settings → (field, type).
+CLEANER_SETTINGS: Final[dict[str, tuple[str, type]]] = {
+    "log.cleaner.threads": ("threads", int),
+    "log.cleaner.dedupe.buffer.size": ("dedupe_buffer_size", int),
+    "log.cleaner.io.buffer.load.factor": ("io_buffer_load_factor", float),
+    "log.cleaner.io.buffer.size": ("io_buffer_size", int),
+    "log.cleaner.backoff.ms": ("backoff_ms", int),
+    "log.cleaner.io.max.bytes.per.second": ("io_max_bytes_per_second", float),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", int),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CleanerConfig:
+    """The broker-level cleaner settings (Kafka's names and defaults, ``log.cleaner.*``)."""
+
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * MIB
+    """Offset map memory, split over the threads."""
+    io_buffer_load_factor: float = 0.9
+    """Fill fraction of the offset map at which a round stops mapping."""
+    io_buffer_size: int = 512 * 1024
+    backoff_ms: int = 15_000
+    io_max_bytes_per_second: float = math.inf
+    """Read and write budget shared by all cleaner threads."""
+    producer_id_expiration_ms: int = 86_400_000
+    """A producer silent this long no longer has its last batch kept."""
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, bool]] = [
+            ("log.cleaner.threads", self.threads >= 1),
+            ("log.cleaner.dedupe.buffer.size", self.dedupe_buffer_size >= 24 * self.threads * 2),
+            ("log.cleaner.io.buffer.load.factor", 0 < self.io_buffer_load_factor <= 1),
+            ("log.cleaner.io.buffer.size", self.io_buffer_size >= 0),
+            ("log.cleaner.backoff.ms", self.backoff_ms >= 0),
+            ("log.cleaner.io.max.bytes.per.second", self.io_max_bytes_per_second > 0),
+            ("producer.id.expiration.ms", self.producer_id_expiration_ms >= 1),
+        ]
+        for key, ok in checks:
+            if not ok:
+                raise ConfigError(f"{key}: invalid value in {self}")
+
+    @property
+    def map_memory_per_thread(self) -> int:
+        """Kafka: ``min(dedupe.buffer.size / threads, Int.MaxValue)``."""
+        return min(self.dedupe_buffer_size // self.threads, INT_MAX)
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> CleanerConfig:
+        """Build from Kafka's broker keys; an unknown key or a bad value names the key."""
+        values: dict[str, Any] = {}
+        for key, raw in properties.items():
+            if key not in CLEANER_SETTINGS:
+                raise ConfigError(
+                    f"unknown cleaner setting {key!r}; known: {', '.join(sorted(CLEANER_SETTINGS))}"
+                )
+            field, kind = CLEANER_SETTINGS[key]
+            try:
+                values[field] = kind(raw)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+        try:
+            return cls(**values)
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from exc

@@ -38,14 +38,14 @@ from storagecore import files as core_files
 from storagecore.cleaner import (
     CleanedTransactionMetadata,
     Cleaner,
-    CleanerConfig,
     CleanerStats,
     dirty_segments,
     group_segments_by_size,
 )
-from storagecore.cleaner_manager import LogCleanerManager, cleanable_offsets, log_to_clean
+from storagecore.cleaner.manager import LogCleanerManager, cleanable_offsets, log_to_clean
+from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
+from storagecore.config import CleanerConfig
 from storagecore.errors import CorruptRecordError, LogDirLockedError
-from storagecore.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
 from storagecore.records.file_records import FileRecords
 from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch

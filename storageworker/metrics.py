@@ -2,7 +2,7 @@
 
 Prometheus naming: base units (bytes, seconds), ``_total`` for counters, labels only for the
 topic, the partition and the data directory (never offsets or keys). Counters come from the
-monotonic totals kept by storagecore (:class:`~storagecore.log_cleaner.CleanerTotals`,
+monotonic totals kept by storagecore (:class:`~storagecore.cleaner.log_cleaner.CleanerTotals`,
 :class:`~storagecore.log_manager.RetentionTotals`) and the worker's reload counters; gauges read
 the logs and the cleaner. One registry per worker, so tests can run several.
 """
@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from storagecore.cleaner_manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
 from storageworker.worker import Worker
 
 PREFIX = "logkeeper"

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import yaml
 
-from storagecore.cleaner import CleanerConfig
+from storagecore.config import CleanerConfig
 from storagecore.errors import ConfigError
 from storageworker.windows import CompactionWindows
 

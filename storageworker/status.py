@@ -13,10 +13,10 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from storagecore.cleaner_manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.log_cleaner import LogCleaner
+from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
 from storagecore.config import TopicPartition
 from storagecore.log import Log
-from storagecore.log_cleaner import LogCleaner
 from storageworker.worker import ConfigStatus, Worker
 
 

@@ -5,7 +5,7 @@ past midnight (``"22:00-06:00"``); one whose end equals its start, like ``"00:00
 whole day. Outside every
 window the cleaner starts nothing new except compact-now requests and logs whose
 ``max.compaction.lag.ms`` is about to be breached (see
-:class:`storagecore.log_cleaner.LogCleaner`); no windows means always open. Pure: the caller
+:class:`storagecore.cleaner.log_cleaner.LogCleaner`); no windows means always open. Pure: the caller
 passes the time.
 """
 

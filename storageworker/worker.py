@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from storagecore import pins
-from storagecore.cleaner_manager import CleaningState
+from storagecore.cleaner.log_cleaner import LogCleaner
+from storagecore.cleaner.manager import CleaningState
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition, TopicSpec
 from storagecore.errors import ConfigError, StorageError
-from storagecore.log_cleaner import LogCleaner
 from storagecore.log_manager import LogManager
 from storageworker.controls import (
     VOLUME,

@@ -26,8 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storagecore import Compression, Log, LogConfig, ManualClock, NewRecord, build_batch
 from storagecore.cleaner import Cleaner, CleanRequest
-from storagecore.cleaner_manager import cleanable_offsets, log_to_clean
-from storagecore.offset_map import SkimpyOffsetMap
+from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.offset_map import SkimpyOffsetMap
 
 pytestmark = pytest.mark.property
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from storagecore import LogConfig, LogManager, ManualClock, NewRecord, TopicPartition, build_batch
-from storagecore.cleaner import CleanerConfig
-from storagecore.log_cleaner import LogCleaner
+from storagecore.cleaner.log_cleaner import LogCleaner
+from storagecore.config import CleanerConfig
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ import pytest
 
 from storagecore import LogConfig, LogManager, ManualClock, NewRecord, TopicPartition, build_batch
 from storagecore.checkpoints import OffsetCheckpointFile
-from storagecore.cleaner import CleanerConfig
-from storagecore.cleaner_manager import CleaningState
-from storagecore.log_cleaner import LogCleaner
+from storagecore.cleaner.log_cleaner import LogCleaner
+from storagecore.cleaner.manager import CleaningState
+from storagecore.config import CleanerConfig
 from storagecore.records import layout
 from tests.conftest import START_MS
 

@@ -157,7 +157,7 @@ def test_a_real_clean_crashing_before_any_rename_reads_as_before_or_after(
     rename: after reload each group reads as all old or all new, so the log is a valid state
     between "before" and "after" and the latest record of every key is there."""
     from storagecore.cleaner import Cleaner, CleanRequest
-    from storagecore.offset_map import SkimpyOffsetMap
+    from storagecore.cleaner.offset_map import SkimpyOffsetMap
 
     def clean(log: Log) -> None:
         end = log.active_segment.base_offset

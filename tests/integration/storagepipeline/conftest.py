@@ -21,8 +21,8 @@ from storagecore import (  # noqa: E402
     TopicPartition,
     build_batch,
 )
-from storagecore.cleaner import CleanerConfig  # noqa: E402
-from storagecore.log_cleaner import LogCleaner  # noqa: E402
+from storagecore.cleaner.log_cleaner import LogCleaner  # noqa: E402
+from storagecore.config import CleanerConfig  # noqa: E402
 from storagepipeline import local_session  # noqa: E402
 
 START_MS = 1_700_000_000_000

@@ -13,8 +13,8 @@ from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import BinaryType
 
 from storagecore import Compression, LogConfig, LogManager, ManualClock, NewRecord, pins
-from storagecore.cleaner import CleanerConfig
-from storagecore.log_cleaner import LogCleaner
+from storagecore.cleaner.log_cleaner import LogCleaner
+from storagecore.config import CleanerConfig
 from storagecore.partitioner import partition_for_key
 from storagepipeline import PipelineError, jobs
 from storagepipeline.compact import compact

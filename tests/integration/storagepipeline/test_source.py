@@ -343,8 +343,8 @@ def _read_all(reader: LogkeeperReader, parts: list[Any]) -> list[tuple[int, int,
 
 def test_a_planned_read_survives_cleaning_and_deletion_of_its_segments(tmp_path: Path) -> None:
     from storagecore import LogConfig, LogManager, ManualClock
-    from storagecore.cleaner import CleanerConfig
-    from storagecore.log_cleaner import LogCleaner
+    from storagecore.cleaner.log_cleaner import LogCleaner
+    from storagecore.config import CleanerConfig
 
     """Unpinned (pinMs=0, as on a read-only mount): exact within file.delete.delay.ms, then
     the successors, then data loss."""

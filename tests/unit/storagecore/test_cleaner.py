@@ -26,13 +26,13 @@ from storagecore import (
 from storagecore.cleaner import (
     CleanedTransactionMetadata,
     Cleaner,
-    CleanerConfig,
     CleanerStats,
     CleanRequest,
     Throttler,
 )
-from storagecore.cleaner_manager import CleaningAbortedError, cleanable_offsets, log_to_clean
-from storagecore.offset_map import SkimpyOffsetMap
+from storagecore.cleaner.manager import CleaningAbortedError, cleanable_offsets, log_to_clean
+from storagecore.cleaner.offset_map import SkimpyOffsetMap
+from storagecore.config import CleanerConfig
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
 from storagecore.verify import verify_log_dir

@@ -11,7 +11,7 @@ import pytest
 
 from storagecore import Log, LogConfig, ManualClock, NewRecord, TopicPartition, build_batch, files
 from storagecore.checkpoints import OffsetCheckpointFile
-from storagecore.cleaner_manager import (
+from storagecore.cleaner.manager import (
     CleaningAbortedError,
     CleaningState,
     LogCleanerManager,

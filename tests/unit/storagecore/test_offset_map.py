@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storagecore.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
+from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
 
 
 def test_basic_validation_and_overwrite() -> None:

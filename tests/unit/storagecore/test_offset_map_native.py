@@ -1,8 +1,9 @@
 """The cleaner's native per-record path against its pure-Python reference.
 
-``storagecore._offset_map_native`` takes over the per-record work of a cleaning round (key
+``storagecore.cleaner._native`` takes over the per-record work of a cleaning round (key
 digests, map probes and puts, retention decisions, re-encoding of kept records, the rebuilt
-batch's header and CRC). The reference is the Python code of :mod:`storagecore.offset_map` and
+batch's header and CRC). The reference is the Python code of
+:mod:`storagecore.cleaner.offset_map` and
 :mod:`storagecore.cleaner`. Here the same logs are cleaned both ways, round after round with
 small maps (rounds that stop mid-batch), and every file and every counter must be identical;
 the pieces (MD5, CRC-32C, the table after puts, declined inputs) are checked on their own.
@@ -36,14 +37,14 @@ from storagecore import (
     build_batch,
 )
 from storagecore.cleaner import Cleaner, CleanerStats, CleanRequest
+from storagecore.cleaner.offset_map import IMPLEMENTATION, SkimpyOffsetMap, key_digest
 from storagecore.native import load_extension
-from storagecore.offset_map import IMPLEMENTATION, SkimpyOffsetMap, key_digest
 from storagecore.records import layout
 from storagecore.records.batch import rebuild_batch
 
 # None when not built (test_expected_implementation_is_loaded then fails) or disabled by
 # STORAGECORE_NO_EXTENSIONS (the second CI run, where these tests skip).
-_native = load_extension("storagecore._offset_map_native")
+_native = load_extension("storagecore.cleaner._native")
 needs_native = pytest.mark.skipif(_native is None, reason="native speed-up not loaded")
 START_MS = 1_700_000_000_000
 DELETE_RETENTION_MS = 5_000
@@ -57,7 +58,7 @@ def test_expected_implementation_is_loaded() -> None:
 
 @needs_native
 def test_map_entry_layout_agrees() -> None:
-    from storagecore import offset_map
+    from storagecore.cleaner import offset_map
 
     assert _native is not None
     assert _native.HASH_BYTES == offset_map.HASH_BYTES

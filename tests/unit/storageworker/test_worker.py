@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from storagecore import NewRecord, TopicPartition, build_batch, pins
-from storagecore.cleaner_manager import CleaningState
+from storagecore.cleaner.manager import CleaningState
 from storagecore.clock import ManualClock
 from storagecore.errors import ConfigError
 from storageworker.controls import COMPACT_NOW, PAUSE_CLEANING, PAUSE_RETENTION

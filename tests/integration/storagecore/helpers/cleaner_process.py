@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from storagecore import LogConfig, LogManager
-from storagecore.cleaner import CleanerConfig
-from storagecore.log_cleaner import LogCleaner
+from storagecore.cleaner.log_cleaner import LogCleaner
+from storagecore.config import CleanerConfig
 
 CONFIG = LogConfig(
     cleanup_policy=("compact",),

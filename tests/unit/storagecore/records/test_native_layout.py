@@ -8,7 +8,7 @@ import pytest
 from storagecore.native import load_extension
 from storagecore.records import layout
 
-MODULES = ["storagecore.records._native", "storagecore._offset_map_native"]
+MODULES = ["storagecore.records._native", "storagecore.cleaner._native"]
 #: Constants of a module's own, not layout copies.
 OWN = {"HASH_BYTES", "ENTRY_BYTES"}
 

@@ -23,16 +23,18 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from storagecore.cleaner import Cleaner, CleanerConfig, CleanerStats, CleanRequest, Throttler
-from storagecore.cleaner_manager import (
+from storagecore.cleaner.cleaner import Cleaner, CleanRequest
+from storagecore.cleaner.manager import (
     CleaningAbortedError,
     LogCleanerManager,
     LogToClean,
     cleanable_offsets,
     log_to_clean,
 )
+from storagecore.cleaner.stats import CleanerStats
+from storagecore.cleaner.throttler import Throttler
 from storagecore.clock import Clock
-from storagecore.config import TopicPartition
+from storagecore.config import CleanerConfig, TopicPartition
 from storagecore.errors import LogDirOfflineError
 from storagecore.log import Log
 from storagecore.log_manager import LogManager

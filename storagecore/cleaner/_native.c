@@ -1,8 +1,8 @@
 /* Native fast path of the cleaner's per-record work: key digests, offset map probes, record
  * retention and the re-encoding of a batch's kept records.
  *
- * The reference is pure Python: storagecore/offset_map.py (the map: MD5 via hashlib, Kafka's
- * probe sequence) and storagecore/cleaner.py (Cleaner.build_offset_map and
+ * The reference is pure Python: storagecore/cleaner/offset_map.py (the map: MD5 via hashlib, Kafka's
+ * probe sequence) and storagecore/cleaner/cleaner.py (Cleaner.build_offset_map and
  * Cleaner._filter_batch, which decode every record with storagecore.records.batch). These
  * functions take over only what that reference would do without raising, and produce the
  * same map contents, the same decisions and the same bytes; for anything else (a framing
@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "records/_layout.h"
+#include "../records/_layout.h"
 
 #define HASH_BYTES 16
 #define ENTRY_BYTES 24
@@ -775,11 +775,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "storagecore._offset_map_native",
+    PyModuleDef_HEAD_INIT, "storagecore.cleaner._native",
     "Native fast path of the cleaner (see _offset_map_native.c).", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__offset_map_native(void) {
+PyMODINIT_FUNC PyInit__native(void) {
     crc32c_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

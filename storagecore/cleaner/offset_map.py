@@ -15,7 +15,7 @@ mapping when ``size`` reaches ``slots * load_factor`` and cleans up to the last 
 mapped, continuing in a later round.
 
 The per-record work of a cleaning round (digest, probe, put or compare, and re-encoding the
-records a batch keeps) has a C fast path, ``storagecore._offset_map_native``, reached through
+records a batch keeps) has a C fast path, ``storagecore.cleaner._native``, reached through
 :meth:`SkimpyOffsetMap.put_batch_keys` and :meth:`SkimpyOffsetMap.filter_batch_records`. They
 return None when the extension is not loaded or declines the payload; the cleaner then runs its
 pure-Python reference on that batch. Both paths leave the same table and write the same bytes.
@@ -31,7 +31,7 @@ from typing import Final
 
 from storagecore.native import load_extension
 
-_NATIVE = load_extension("storagecore._offset_map_native")
+_NATIVE = load_extension("storagecore.cleaner._native")
 #: "c" or "python": which implementation of the per-record work this process uses.
 IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
 

@@ -16,8 +16,8 @@ offset is rewritten, and for every key the record with the highest offset surviv
 whose map filled before the end of the dirty range still makes progress and leaves the rest to
 the next round (KAFKA-3587/3894): memory is the map's, whatever the number of keys (DESIGN 4).
 
-The offset map is :mod:`storagecore.offset_map`; the choice of log and the cleaning states are
-:mod:`storagecore.cleaner_manager`; the threads are :mod:`storagecore.log_cleaner`.
+The offset map is :mod:`.offset_map`; the choice of log and the cleaning states are
+:mod:`.manager`; the threads are :mod:`.log_cleaner`; the figures :mod:`.stats`.
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
-import math
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from storagecore import files
-from storagecore.config import LogConfig, TopicPartition
-from storagecore.errors import ConfigError, CorruptRecordError
+from storagecore.cleaner.offset_map import FilteredRecords, SkimpyOffsetMap, key_digest
+from storagecore.cleaner.stats import CleanerStats
+from storagecore.cleaner.throttler import Throttler
+from storagecore.config import CleanerConfig, LogConfig, TopicPartition
+from storagecore.errors import CorruptRecordError
 from storagecore.log import Log
-from storagecore.offset_map import FilteredRecords, SkimpyOffsetMap, key_digest
 from storagecore.records import layout
 from storagecore.records.batch import (
     Buffer,
@@ -137,227 +137,6 @@ def group_segments_by_size(
     return groups
 
 
-# -- configuration -------------------------------------------------------------------------------
-MIB: Final = 1 << 20
-
-
-#: Kafka broker keys of the cleaner settings → (field, type).
-CLEANER_SETTINGS: Final[dict[str, tuple[str, type]]] = {
-    "log.cleaner.threads": ("threads", int),
-    "log.cleaner.dedupe.buffer.size": ("dedupe_buffer_size", int),
-    "log.cleaner.io.buffer.load.factor": ("io_buffer_load_factor", float),
-    "log.cleaner.io.buffer.size": ("io_buffer_size", int),
-    "log.cleaner.backoff.ms": ("backoff_ms", int),
-    "log.cleaner.io.max.bytes.per.second": ("io_max_bytes_per_second", float),
-    "producer.id.expiration.ms": ("producer_id_expiration_ms", int),
-}
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class CleanerConfig:
-    """The broker-level cleaner settings (Kafka's names and defaults, ``log.cleaner.*``)."""
-
-    threads: int = 1
-    dedupe_buffer_size: int = 128 * MIB
-    """Offset map memory, split over the threads."""
-    io_buffer_load_factor: float = 0.9
-    """Fill fraction of the offset map at which a round stops mapping."""
-    io_buffer_size: int = 512 * 1024
-    backoff_ms: int = 15_000
-    io_max_bytes_per_second: float = math.inf
-    """Read and write budget shared by all cleaner threads."""
-    producer_id_expiration_ms: int = 86_400_000
-    """A producer silent this long no longer has its last batch kept."""
-
-    def __post_init__(self) -> None:
-        checks: list[tuple[str, bool]] = [
-            ("log.cleaner.threads", self.threads >= 1),
-            ("log.cleaner.dedupe.buffer.size", self.dedupe_buffer_size >= 24 * self.threads * 2),
-            ("log.cleaner.io.buffer.load.factor", 0 < self.io_buffer_load_factor <= 1),
-            ("log.cleaner.io.buffer.size", self.io_buffer_size >= 0),
-            ("log.cleaner.backoff.ms", self.backoff_ms >= 0),
-            ("log.cleaner.io.max.bytes.per.second", self.io_max_bytes_per_second > 0),
-            ("producer.id.expiration.ms", self.producer_id_expiration_ms >= 1),
-        ]
-        for key, ok in checks:
-            if not ok:
-                raise ConfigError(f"{key}: invalid value in {self}")
-
-    @property
-    def map_memory_per_thread(self) -> int:
-        """Kafka: ``min(dedupe.buffer.size / threads, Int.MaxValue)``."""
-        return min(self.dedupe_buffer_size // self.threads, INT32_MAX)
-
-    @classmethod
-    def from_properties(cls, properties: Mapping[str, Any]) -> CleanerConfig:
-        """Build from Kafka's broker keys; an unknown key or a bad value names the key."""
-        values: dict[str, Any] = {}
-        for key, raw in properties.items():
-            if key not in CLEANER_SETTINGS:
-                raise ConfigError(
-                    f"unknown cleaner setting {key!r}; known: {', '.join(sorted(CLEANER_SETTINGS))}"
-                )
-            field, kind = CLEANER_SETTINGS[key]
-            try:
-                values[field] = kind(raw)
-            except (TypeError, ValueError):
-                raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
-        try:
-            return cls(**values)
-        except ConfigError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(str(exc)) from exc
-
-
-# -- throttling --------------------------------------------------------------------------------
-class Throttler:
-    """Kafka's ``Throttler``: shared by the cleaner threads; every ~300 ms it compares the bytes
-    seen with the desired rate and sleeps off any excess."""
-
-    def __init__(
-        self,
-        bytes_per_second: float,
-        *,
-        check_interval_ms: int = 300,
-        sleep: Callable[[float], None] = time.sleep,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.bytes_per_second = bytes_per_second
-        self.check_interval_s = check_interval_ms / 1000
-        self._sleep = sleep
-        self._monotonic = monotonic
-        self._lock = threading.Lock()
-        self._period_start = monotonic()
-        self._observed = 0.0
-        self.total_wait_s = 0.0
-
-    def set_rate(self, bytes_per_second: float) -> None:
-        with self._lock:
-            self.bytes_per_second = bytes_per_second
-
-    def maybe_throttle(self, observed_bytes: float) -> float:
-        """Account ``observed_bytes``; sleep if the rate is exceeded. Returns seconds slept."""
-        if math.isinf(self.bytes_per_second):
-            return 0.0
-        with self._lock:
-            self._observed += observed_bytes
-            now = self._monotonic()
-            elapsed = now - self._period_start
-            if elapsed < self.check_interval_s:
-                return 0.0
-            wait = self._observed / self.bytes_per_second - elapsed
-            self._period_start = now
-            self._observed = 0.0
-            if wait <= 0:
-                return 0.0
-            # Sleeping under the lock makes the other threads wait too: the budget is shared.
-            self._sleep(wait)
-            self.total_wait_s += wait
-            self._period_start = self._monotonic()
-            return wait
-
-
-# -- statistics --------------------------------------------------------------------------------
-@dataclasses.dataclass(slots=True)
-class CleanerStats:
-    """One round over one log (Kafka's ``CleanerStats``), as data."""
-
-    topic_partition: str = ""
-    first_dirty_offset: int = 0
-    end_offset: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    map_bytes_read: int = 0
-    map_messages_read: int = 0
-    messages_read: int = 0
-    messages_written: int = 0
-    invalid_messages: int = 0
-    keys_in_map: int = 0
-    map_slots: int = 0
-    batches_copied_verbatim: int = 0
-    batches_rebuilt: int = 0
-    segments_replaced: int = 0
-    groups: int = 0
-    map_full: bool = False
-    next_delete_horizon_ms: int | None = None
-    """Earliest horizon of a tombstone or marker kept by this round: cleaning again after it
-    removes them even if nothing new is dirty (Kafka waits for the dirty ratio, §8.8)."""
-    start_s: float = dataclasses.field(default_factory=time.monotonic)
-    map_complete_s: float = 0.0
-    end_s: float = 0.0
-
-    @property
-    def buffer_utilization(self) -> float:
-        return self.keys_in_map / self.map_slots if self.map_slots else 0.0
-
-    @property
-    def elapsed_s(self) -> float:
-        return max(self.end_s - self.start_s, 1e-9)
-
-    @property
-    def elapsed_indexing_s(self) -> float:
-        return max(self.map_complete_s - self.start_s, 0.0)
-
-    @property
-    def records_per_second(self) -> float:
-        return self.messages_read / self.elapsed_s
-
-    @property
-    def mb_per_second(self) -> float:
-        return self.bytes_read / MIB / self.elapsed_s
-
-    @property
-    def size_reduction(self) -> float:
-        return 1 - self.bytes_written / self.bytes_read if self.bytes_read else 0.0
-
-    @property
-    def message_reduction(self) -> float:
-        return 1 - self.messages_written / self.messages_read if self.messages_read else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("start_s", "map_complete_s", "end_s")
-        }
-        result.update(
-            duration_seconds=round(self.elapsed_s, 6),
-            indexing_seconds=round(self.elapsed_indexing_s, 6),
-            buffer_utilization=round(self.buffer_utilization, 6),
-            records_per_second=round(self.records_per_second, 1),
-            mb_per_second=round(self.mb_per_second, 3),
-            size_reduction=round(self.size_reduction, 6),
-            message_reduction=round(self.message_reduction, 6),
-        )
-        return result
-
-    def stats_line(self, thread_id: int) -> str:
-        """Kafka's INFO line after each clean (MB = 2^20 bytes; "Mb/sec" is Kafka's spelling)."""
-        elapsed = self.elapsed_s
-        indexing = min(self.elapsed_indexing_s, elapsed)
-        cleaning = max(elapsed - indexing, 1e-9)
-        read_mb = self.bytes_read / MIB
-        map_mb = self.map_bytes_read / MIB
-        written_mb = self.bytes_written / MIB
-        return (
-            f"\n\tLog cleaner thread {thread_id} cleaned log {self.topic_partition} "
-            f"(dirty section = [{self.first_dirty_offset}, {self.end_offset}])\n"
-            f"\t{read_mb:.1f} MB of log processed in {elapsed:.1f} seconds "
-            f"({read_mb / elapsed:.1f} MB/sec).\n"
-            f"\tIndexed {map_mb:.1f} MB in {indexing:.1f} seconds "
-            f"({map_mb / max(indexing, 1e-9):.1f} Mb/sec, {100 * indexing / elapsed:.1f}% of total "
-            f"time)\n"
-            f"\tBuffer utilization: {100 * self.buffer_utilization:.1f}%\n"
-            f"\tCleaned {read_mb:.1f} MB in {cleaning:.1f} seconds "
-            f"({read_mb / cleaning:.1f} Mb/sec, {100 * cleaning / elapsed:.1f}% of total time)\n"
-            f"\tStart size: {read_mb:.1f} MB ({self.messages_read} messages)\n"
-            f"\tEnd size: {written_mb:.1f} MB ({self.messages_written} messages)\n"
-            f"\t{100 * self.size_reduction:.1f}% size reduction "
-            f"({100 * self.message_reduction:.1f}% fewer messages)\n"
-        )
-
-
 # -- transaction bookkeeping while cleaning (Kafka's CleanedTransactionMetadata) ----------------
 @dataclasses.dataclass(slots=True)
 class _OngoingAborted:
@@ -425,7 +204,7 @@ CheckDone = Callable[[TopicPartition], None]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CleanRequest:
-    """What one round needs to know (a :class:`storagecore.cleaner_manager.LogToClean` is one)."""
+    """What one round needs to know (a :class:`storagecore.cleaner.manager.LogToClean` is one)."""
 
     log: Log
     first_dirty_offset: int
