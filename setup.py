@@ -1,5 +1,5 @@
 """Build of the optional native speed-ups (storagecore.records._native: record scan and append
-validation; storagecore.cleaner._native: the cleaner's per-record work); metadata is in
+validation; storagecore.cleaner._native: the cleaner's map and filter passes); metadata is in
 pyproject.
 
 If the C compiler is missing the build falls back to the pure-Python reference with a warning;
@@ -35,8 +35,12 @@ setup(
         Extension(
             "storagecore.cleaner._native",
             ["storagecore/cleaner/_native.c"],
-            depends=["storagecore/records/_layout.h"],
-            # -O3 vectorises the side-by-side MD5 lanes (about 3x the digests per second).
+            depends=[
+                "storagecore/records/_layout.h",
+                "storagecore/cleaner/_siphash.h",
+                "storagecore/cleaner/_cleaner_records.h",
+                "storagecore/cleaner/_cleaner_batch.h",
+            ],
             extra_compile_args=["-O3", "-Wall", "-Werror"],
         ),
     ],

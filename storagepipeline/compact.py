@@ -6,8 +6,9 @@ buffer; a partition with more distinct dirty keys than that takes several rounds
 1. (driver) take the data dir's lock through a :class:`storagecore.LogManager` (recovering the
    logs as a worker would), and per partition compute the cleaner's range ``[first dirty, first
    uncleanable)`` from the cleaner checkpoint, exactly as the worker's cleaner does;
-2. (Spark) read the dirty segments in parallel and aggregate ``(partition, md5(key)) → max
-   offset``: the offset map as a Spark aggregation, with no single-process bound;
+2. (Spark) read the dirty segments in parallel and aggregate ``(partition, digest(key)) → max
+   offset``: the offset map as a Spark aggregation, with no single-process bound (the digest
+   is the map's keyed SipHash, under one secret drawn for the job);
 3. (Spark) read the keys of each group of segments (the cleaner's size-bounded groups), join them
    with the map, and rewrite each group on an executor with the cleaner's own filter
    (:meth:`storagecore.cleaner.Cleaner.write_cleaned_segment`) into ``<base>.log.cleaned``; an
@@ -43,7 +44,7 @@ from storagecore.cleaner import (
     group_segments_by_size,
 )
 from storagecore.cleaner.manager import LogCleanerManager, cleanable_offsets, log_to_clean
-from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
+from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest, new_secret
 from storagecore.config import CleanerConfig
 from storagecore.errors import CorruptRecordError, LogDirLockedError
 from storagecore.records.file_records import FileRecords
@@ -93,6 +94,8 @@ class _MapTask:
     ref: SegmentRef
     directory: str
     aborted: tuple[AbortedTxn, ...]
+    #: The job's offset-map digest secret (one per job: every executor digests alike).
+    secret: bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,6 +116,7 @@ class _GroupTask:
     first_dirty_offset: int
     upper_bound: int
     now_ms: int
+    secret: bytes
     aborted: tuple[AbortedTxn, ...]
     producers: tuple[tuple[int, ProducerLastBatch], ...]
 
@@ -144,7 +148,7 @@ def _is_aborted(aborted: Sequence[AbortedTxn], producer_id: int, offset: int) ->
 
 
 def _map_keys(task: _MapTask) -> Iterator[tuple[int, bytes, int]]:
-    """``(tpi, md5(key), offset)`` of the keyed data records of the ref's range, aborted
+    """``(tpi, digest(key), offset)`` of the keyed data records of the ref's range, aborted
     transactional data excluded (the cleaner's ``buildOffsetMap``). Batches are CRC-checked
     by :func:`storagepipeline.reading.batches`; a corrupt one fails the job."""
     ref = task.ref
@@ -159,17 +163,17 @@ def _map_keys(task: _MapTask) -> Iterator[tuple[int, bytes, int]]:
             raise CorruptDataError(f"{ref.path}: {exc}") from exc
         for record in decoded:
             if record.key is not None and ref.start_offset <= record.offset < ref.end_offset:
-                yield task.tpi, key_digest(record.key), record.offset
+                yield task.tpi, key_digest(record.key, task.secret), record.offset
 
 
 def _group_keys(task: _GroupTask) -> Iterator[tuple[int, int, bytes]]:
-    """``(gid, tpi, md5(key))`` of the keys the group's records hold below the map's end."""
+    """``(gid, tpi, digest(key))`` of the keys the group's records hold below the map's end."""
     seen: set[bytes] = set()
     counters = reading.ReadCounters()
     for ref in task.key_refs:
         for record, _type in reading.records(ref, Path(task.directory), _STRICT, counters):
             if record.key is not None:
-                seen.add(key_digest(record.key))
+                seen.add(key_digest(record.key, task.secret))
     for digest in seen:
         yield task.gid, task.tpi, digest
 
@@ -182,7 +186,7 @@ def _clean_group(
     (task,) = list(tasks)
     entries = list(pairs)
     # Load factor 0.5: at most half the slots used, so probes stay short.
-    offset_map = SkimpyOffsetMap(max(2 * len(entries), 2) * ENTRY_BYTES, 1.0)
+    offset_map = SkimpyOffsetMap(max(2 * len(entries), 2) * ENTRY_BYTES, 1.0, secret=task.secret)
     for digest, latest in entries:
         offset_map.put_digest(digest, latest)
     offset_map.update_latest_offset(task.end_offset - 1)
@@ -300,6 +304,7 @@ def _compact_locked(  # noqa: PLR0917 - one job's state
     plans: list[tuple[TopicPartition, int, int, list[list[LogSegment]]]] = []
     group_tasks: list[_GroupTask] = []
     cleaner_config = CleanerConfig()
+    secret = new_secret()
     for tpi, tp in enumerate(selected):
         log = manager.get_log(tp)
         to_clean = log_to_clean(log, cleanable_offsets(log, saved.get(tp), now), now)
@@ -310,7 +315,7 @@ def _compact_locked(  # noqa: PLR0917 - one job's state
         # The files are stable: the manager holds the dir's lock for the whole job.
         snap = snapshot_partition(tp, log.directory)
         map_tasks.extend(
-            _MapTask(tpi, ref, str(log.directory), aborted)
+            _MapTask(tpi, ref, str(log.directory), aborted, secret)
             for ref in clip(snap, first_dirty, upper)
         )
         # The cleaner's end offset: everything up to the first uncleanable offset is mapped.
@@ -344,6 +349,7 @@ def _compact_locked(  # noqa: PLR0917 - one job's state
                     first_dirty_offset=first_dirty,
                     upper_bound=upper,
                     now_ms=now,
+                    secret=secret,
                     aborted=aborted,
                     producers=producers,
                 )

@@ -10,7 +10,6 @@ the log's); this package decides what to keep and asks the log to swap.
 """
 
 from storagecore.cleaner.cleaner import (
-    CleanedTransactionMetadata,
     Cleaner,
     CleanRequest,
     dirty_segments,
@@ -21,6 +20,7 @@ from storagecore.cleaner.manager import LogCleanerManager
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.cleaner.stats import CleanerStats
 from storagecore.cleaner.throttler import Throttler
+from storagecore.cleaner.transactions import CleanedTransactionMetadata
 
 __all__ = [
     "CleanRequest",

@@ -23,25 +23,30 @@ The offset map is :mod:`.offset_map`; the choice of log and the cleaning states 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Final, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from storagecore import files
-from storagecore.cleaner.offset_map import FilteredRecords, SkimpyOffsetMap, key_digest
+from storagecore.cleaner.offset_map import (
+    FilteredRecords,
+    FilteredRegion,
+    RegionStop,
+    SkimpyOffsetMap,
+    producer_pairs,
+)
+from storagecore.cleaner.regions import SegmentWalk
 from storagecore.cleaner.stats import CleanerStats
 from storagecore.cleaner.throttler import Throttler
+from storagecore.cleaner.transactions import CleanedTransactionMetadata
 from storagecore.config import CleanerConfig, LogConfig, TopicPartition
-from storagecore.errors import CorruptRecordError
 from storagecore.log import Log
 from storagecore.records import layout
 from storagecore.records.batch import (
     Buffer,
-    ControlType,
     Record,
     RecordBatch,
     build_empty_batch,
@@ -137,67 +142,6 @@ def group_segments_by_size(
     return groups
 
 
-# -- transaction bookkeeping while cleaning (Kafka's CleanedTransactionMetadata) ----------------
-@dataclasses.dataclass(slots=True)
-class _OngoingAborted:
-    txn: AbortedTxn
-    observed_batch: bool = False
-
-
-class CleanedTransactionMetadata:
-    """Which transactional batches and markers a pass may discard.
-
-    Aborted transactions wait in a heap by first offset and become "ongoing" when the pass
-    reaches their first offset. Aborted data is discarded at once; an ABORT marker may go only
-    once no batch of its transaction is left (on a later pass), a COMMIT marker only once none
-    of its transaction's batches is seen. A kept marker survives further until its horizon.
-    One instance carries the state across all groups of a round (KAFKA-8351).
-    """
-
-    def __init__(self, aborted: Sequence[AbortedTxn] = ()) -> None:
-        self._heap: list[AbortedTxn] = list(aborted)
-        heapq.heapify(self._heap)
-        self._ongoing_aborted: dict[int, _OngoingAborted] = {}
-        self._ongoing_committed: set[int] = set()
-        self.retained_aborted: list[AbortedTxn] = []
-
-    def _consume_up_to(self, offset: int) -> None:
-        while self._heap and self._heap[0].first_offset <= offset:
-            txn = heapq.heappop(self._heap)
-            self._ongoing_aborted.setdefault(txn.producer_id, _OngoingAborted(txn))
-
-    def on_control_batch(self, batch: RecordBatch, control_type: ControlType | None) -> bool:
-        """True when the marker's transaction has no data left here (it may be discarded)."""
-        self._consume_up_to(batch.last_offset)
-        if control_type is None:
-            return True  # an emptied control batch, already cleaned
-        pid = batch.producer_id
-        if control_type is ControlType.ABORT:
-            ongoing = self._ongoing_aborted.pop(pid, None)
-            if ongoing is not None and ongoing.observed_batch:
-                self.retained_aborted.append(ongoing.txn)
-                return False
-            return True
-        if control_type is ControlType.COMMIT:
-            if pid in self._ongoing_committed:
-                self._ongoing_committed.discard(pid)
-                return False
-            return True
-        return False
-
-    def on_data_batch(self, batch: RecordBatch) -> bool:
-        """True when the batch belongs to an aborted transaction (discard its records)."""
-        self._consume_up_to(batch.last_offset)
-        if not batch.is_transactional:
-            return False
-        ongoing = self._ongoing_aborted.get(batch.producer_id)
-        if ongoing is not None:
-            ongoing.observed_batch = True
-            return True
-        self._ongoing_committed.add(batch.producer_id)
-        return False
-
-
 # -- the cleaner -------------------------------------------------------------------------------
 CheckDone = Callable[[TopicPartition], None]
 
@@ -241,6 +185,15 @@ class _Output:
             self._offset_of_max_timestamp = last_offset
         if self._pending >= self._flush_bytes:
             self.flush()
+
+    def add_run(self, data: bytes, batch_ends: Sequence[tuple[int, int, int]]) -> None:
+        """Batches written back to back into ``data`` (a region's output), each ending at
+        its end position, with its last offset and max timestamp: as many :meth:`add` calls."""
+        view = memoryview(data)
+        start = 0
+        for end, last_offset, max_timestamp in batch_ends:
+            self.add(view[start:end], last_offset, max_timestamp)
+            start = end
 
     def flush(self) -> None:
         if not self._parts:
@@ -337,34 +290,66 @@ class Cleaner:
         # to drop tombstones past their horizon) treats it as mapped.
         offset_map.update_latest_offset(start - 1)
         txns = CleanedTransactionMetadata([t for t in aborted if t.last_offset >= start])
-        capacity = offset_map.capacity
         for segment, next_start in dirty_segments(log.segments, start, end):
             self.check_done(log.tp)
-            position = segment.offset_index.lookup(start).position
-            for batch in self._batches(log.tp, segment, position, stats, for_map=True):
-                if batch.is_control:
-                    txns.on_control_batch(batch, control_type_of(batch))
-                    stats.map_messages_read += 1
-                elif txns.on_data_batch(batch):
-                    stats.map_messages_read += batch.records_count
-                elif mapped := offset_map.put_batch_keys(*_native_input(batch), start):
-                    walked, full = mapped
-                    stats.map_messages_read += walked
-                    if full:
+            walk = SegmentWalk(log.tp, segment, segment.offset_index.lookup(start).position)
+            while True:
+                # The C engine takes every leading plain batch of a region in one call.
+                region = walk.region() if offset_map.native else None
+                mapped = None if region is None else offset_map.map_region(region, start)
+                if mapped is not None:
+                    walk.advance(mapped.consumed_bytes)
+                    stats.map_bytes_read += mapped.consumed_bytes
+                    stats.map_messages_read += mapped.walked
+                    self._throttle(mapped.consumed_bytes)
+                    if mapped.stop is RegionStop.FULL:
                         stats.map_full = True
                         return True
-                else:
-                    for offset, key in _record_keys(batch):
-                        if key is not None and offset >= start:
-                            if offset_map.size >= capacity:
-                                stats.map_full = True
-                                return True
-                            offset_map.put_digest(key_digest(key), offset)
-                        stats.map_messages_read += 1
+                    if mapped.last_offset >= 0:
+                        txns.on_plain_batches(mapped.last_offset)
+                    self.check_done(log.tp)
+                    if mapped.stop is RegionStop.END and mapped.consumed_bytes:
+                        continue
+                # One batch by the per-batch path: what the engine left, or the reference.
+                taken = walk.next_batch()
+                if taken is None:
+                    break
+                _position, batch = taken
+                stats.map_bytes_read += batch.size_bytes
+                self._throttle(batch.size_bytes)
+                if self._map_batch(batch, start, txns, stats):
+                    return True
                 last_offset = batch.last_offset
                 if last_offset >= start:
                     offset_map.update_latest_offset(last_offset)
             offset_map.update_latest_offset(min(next_start, end) - 1)
+        return False
+
+    def _map_batch(
+        self, batch: RecordBatch, start: int, txns: CleanedTransactionMetadata, stats: CleanerStats
+    ) -> bool:
+        """One batch of build_offset_map; True when the map filled."""
+        offset_map = self.offset_map
+        if batch.is_control:
+            txns.on_control_batch(batch, control_type_of(batch))
+            stats.map_messages_read += 1
+        elif txns.on_data_batch(batch):
+            stats.map_messages_read += batch.records_count
+        elif mapped := offset_map.put_batch_keys(*_native_input(batch), start):
+            walked, full = mapped
+            stats.map_messages_read += walked
+            if full:
+                stats.map_full = True
+                return True
+        else:
+            capacity = offset_map.capacity
+            for offset, key in _record_keys(batch):
+                if key is not None and offset >= start:
+                    if offset_map.size >= capacity:
+                        stats.map_full = True
+                        return True
+                    offset_map.put_digest(offset_map.digest(key), offset)
+                stats.map_messages_read += 1
         return False
 
     # -- rewriting a group -----------------------------------------------------------------
@@ -431,9 +416,41 @@ class Cleaner:
         output = _Output(cleaned, config.index_interval_bytes, self._throttle)
         try:
             horizon = now_ms + config.delete_retention_ms
+            pairs = producer_pairs(
+                {
+                    pid: last.last_data_offset
+                    for pid, last in producers.items()
+                    if last.last_data_offset is not None
+                }
+            )
             for segment in group:
                 self.check_done(tp)
-                for batch in self._batches(tp, segment, 0, stats, for_map=False):
+                walk = SegmentWalk(tp, segment, 0)
+                while True:
+                    region = walk.region() if self.offset_map.native else None
+                    filtered = (
+                        None
+                        if region is None
+                        else self.offset_map.filter_region(
+                            region, now_ms, horizon, upper_bound, pairs
+                        )
+                    )
+                    if filtered is not None:
+                        walk.advance(filtered.consumed_bytes)
+                        _account_region(filtered, stats)
+                        output.add_run(filtered.output, filtered.batch_ends)
+                        if filtered.last_offset >= 0:
+                            txns.on_plain_batches(filtered.last_offset)
+                        self._throttle(filtered.consumed_bytes)
+                        self.check_done(tp)
+                        if filtered.stop is RegionStop.END and filtered.consumed_bytes:
+                            continue
+                    taken = walk.next_batch()
+                    if taken is None:
+                        break
+                    _position, batch = taken
+                    stats.bytes_read += batch.size_bytes
+                    self._throttle(batch.size_bytes)
                     self._filter_batch(
                         batch, output, txns, producers, upper_bound, now_ms, horizon, stats
                     )
@@ -557,61 +574,30 @@ class Cleaner:
         if record.key is None:
             stats.invalid_messages += 1
             return False
-        if record.offset < offset_map.get_digest(key_digest(record.key)):
+        if record.offset < offset_map.get_digest(offset_map.digest(record.key)):
             return False  # a later record has this key
         if record.value is not None:
             return True
         horizon = batch.delete_horizon_ms
         return horizon is None or now_ms < horizon
 
-    # -- reading ---------------------------------------------------------------------------
-    def _batches(
-        self,
-        tp: TopicPartition,
-        segment: SegmentSource,
-        position: int,
-        stats: CleanerStats,
-        *,
-        for_map: bool,
-    ) -> Iterator[RecordBatch]:
-        """Validated batches of ``segment`` from ``position``; a corrupt batch raises
-        :class:`CorruptRecordError` naming the file and position (the partition then becomes
-        uncleanable: nothing is rewritten from bad bytes)."""
-        since_check = 0
-        end = position
-        for batch_position, batch in segment.log.batches(position):
-            try:
-                batch.validate()
-            except CorruptRecordError as exc:
-                raise CorruptRecordError(
-                    f"{tp}: {segment.log.path} at position {batch_position}: {exc}"
-                ) from exc
-            size = batch.size_bytes
-            end = batch_position + size
-            if for_map:
-                stats.map_bytes_read += size
-            else:
-                stats.bytes_read += size
-            since_check += size
-            if since_check >= _CHECK_EVERY_BYTES:
-                self._throttle(since_check)
-                self.check_done(tp)
-                since_check = 0
-            yield batch
-        self._throttle(since_check)
-        # batches() stops quietly at a torn tail; a sealed segment must end on a batch boundary.
-        if end < segment.log.size_bytes:
-            raise CorruptRecordError(
-                f"{tp}: {segment.log.path}: {segment.log.size_bytes - end} bytes at position "
-                f"{end} do not form a complete batch"
-            )
-
     def _throttle(self, size: int) -> None:
         if size:
             self.throttler.maybe_throttle(size)
 
 
-_CHECK_EVERY_BYTES: Final = 1 << 20
+def _account_region(filtered: FilteredRegion, stats: CleanerStats) -> None:
+    stats.bytes_read += filtered.consumed_bytes
+    stats.messages_read += filtered.messages_read
+    stats.messages_written += filtered.messages_written
+    stats.invalid_messages += filtered.invalid
+    stats.batches_copied_verbatim += filtered.batches_copied_verbatim
+    stats.batches_rebuilt += filtered.batches_rebuilt
+    due = filtered.next_delete_horizon_ms
+    if due is not None and (
+        stats.next_delete_horizon_ms is None or due < stats.next_delete_horizon_ms
+    ):
+        stats.next_delete_horizon_ms = due
 
 
 def dirty_segments(

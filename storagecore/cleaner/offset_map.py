@@ -2,8 +2,15 @@
 
 One flat ``bytearray`` of ``memory_bytes // 24`` slots, allocated once: memory use is the
 configured dedupe buffer whatever the number of keys (DESIGN invariant 4). A slot holds the
-16-byte MD5 of a key and the offset (int64, big-endian); an all-zero slot is empty. Keys are
-compared by digest only (Kafka's accepted risk of merging two keys with equal MD5).
+16-byte digest of a key and the offset (int64, big-endian); an all-zero slot is empty. Keys are
+compared by digest only.
+
+The digest is SipHash-1-3-128 (:mod:`storagecore.cleaner.siphash`) keyed with a secret drawn
+at random for every round (:meth:`SkimpyOffsetMap.clear`), where Kafka uses unkeyed MD5: a
+producer cannot craft two keys whose digests collide (and so make the cleaner drop another
+key's latest record) without knowing the secret, and SipHash is several times faster than MD5
+on short keys. A Spark job shares one secret between its executors (``secret=``).
+docs/offset-map.md has the reasoning and the odds.
 
 Probing is Kafka's: attempt ``i`` reads the int32 (big-endian) at byte ``min(i, 12)`` of the
 digest and adds ``max(0, i - 12)``; ``slot = abs(probe) % slots`` with Java's int overflow and
@@ -14,21 +21,25 @@ The map never grows and never fails a caller that respects :attr:`capacity`: the
 mapping when ``size`` reaches ``slots * load_factor`` and cleans up to the last offset it
 mapped, continuing in a later round.
 
-The per-record work of a cleaning round (digest, probe, put or compare, and re-encoding the
-records a batch keeps) has a C fast path, ``storagecore.cleaner._native``, reached through
-:meth:`SkimpyOffsetMap.put_batch_keys` and :meth:`SkimpyOffsetMap.filter_batch_records`. They
-return None when the extension is not loaded or declines the payload; the cleaner then runs its
-pure-Python reference on that batch. Both paths leave the same table and write the same bytes.
+The per-record work of a cleaning round has a C engine, ``storagecore.cleaner._native``: whole
+regions of plain batches (:meth:`SkimpyOffsetMap.map_region`, :meth:`~SkimpyOffsetMap.
+filter_region`) and single batches (:meth:`~SkimpyOffsetMap.put_batch_keys`,
+:meth:`~SkimpyOffsetMap.filter_batch_records`). They return None when the extension is not
+loaded or declines the input; the cleaner then runs its pure-Python reference. Both paths leave
+the same table and write the same bytes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import hashlib
+import enum
+import os
 import struct
+from collections.abc import Mapping
 from typing import Final
 
+from storagecore.cleaner.siphash import C_ROUNDS, D_ROUNDS, SECRET_BYTES, siphash128
 from storagecore.native import load_extension
 
 _NATIVE = load_extension("storagecore.cleaner._native")
@@ -43,8 +54,16 @@ _EMPTY: Final = bytes(ENTRY_BYTES)
 assert ENTRY_BYTES == 24
 
 
-def key_digest(key: bytes) -> bytes:
-    return hashlib.md5(key, usedforsecurity=False).digest()
+def key_digest(key: bytes | bytearray | memoryview, secret: bytes) -> bytes:
+    """The map's digest of ``key`` under ``secret`` (the C engine computes the same)."""
+    if _NATIVE is not None:
+        return bytes(_NATIVE.siphash(key, secret, C_ROUNDS, D_ROUNDS))
+    return siphash128(key, secret)
+
+
+def new_secret() -> bytes:
+    """A fresh digest secret (one per cleaning round, or one per Spark job)."""
+    return os.urandom(SECRET_BYTES)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,9 +86,20 @@ class FilteredRecords:
 
 
 class SkimpyOffsetMap:
-    def __init__(self, memory_bytes: int, load_factor: float = 0.9, *, native: bool = True) -> None:
+    def __init__(
+        self,
+        memory_bytes: int,
+        load_factor: float = 0.9,
+        *,
+        native: bool = True,
+        secret: bytes | None = None,
+    ) -> None:
         """``native=False`` keeps this map on the pure-Python reference even where the
-        extension is loaded (the differential tests clean the same log both ways)."""
+        extension is loaded (the differential tests clean the same log both ways). ``secret``
+        fixes the digest secret (a Spark job's, or a test's); by default every :meth:`clear`
+        draws a new one."""
+        if secret is not None and len(secret) != SECRET_BYTES:
+            raise ValueError(f"offset map secret of {len(secret)} bytes (expected {SECRET_BYTES})")
         slots = memory_bytes // ENTRY_BYTES
         if slots < 1 or not 0 < load_factor <= 1:
             raise ValueError(
@@ -82,10 +112,14 @@ class SkimpyOffsetMap:
         self.load_factor = load_factor
         self._native = _NATIVE if native else None
         self._table = bytearray(slots * ENTRY_BYTES)
+        self._fixed_secret = secret
+        self.secret = secret if secret is not None else new_secret()
         self.size = 0
         self.latest_offset = -1
         self.lookups = 0
         self.probes = 0
+        # A new secret per round: what collided under the last one (by chance) does not again.
+        self.secret = self._fixed_secret if self._fixed_secret is not None else new_secret()
 
     @property
     def memory_bytes(self) -> int:
@@ -139,11 +173,17 @@ class SkimpyOffsetMap:
         position, found = self._find(digest)
         return OFFSET.unpack_from(self._table, position + HASH_BYTES)[0] if found else -1
 
+    def digest(self, key: bytes | bytearray | memoryview) -> bytes:
+        """``key``'s digest under this map's secret (by the engine this map runs on)."""
+        if self._native is not None:
+            return bytes(self._native.siphash(key, self.secret, C_ROUNDS, D_ROUNDS))
+        return siphash128(key, self.secret)
+
     def put(self, key: bytes, offset: int) -> None:
-        self.put_digest(key_digest(key), offset)
+        self.put_digest(self.digest(key), offset)
 
     def get(self, key: bytes) -> int:
-        return self.get_digest(key_digest(key))
+        return self.get_digest(self.digest(key))
 
     # -- native fast paths (None: not available here, run the reference) -------------------
     def put_batch_keys(
@@ -156,7 +196,7 @@ class SkimpyOffsetMap:
         if self._native is None:
             return None
         result = self._native.put_keys(
-            self._table, self.slots, self.size, self.capacity, batch, payload, start
+            self._table, self.slots, self.size, self.capacity, self.secret, batch, payload, start
         )
         if result is None:
             return None
@@ -181,7 +221,14 @@ class SkimpyOffsetMap:
         if self._native is None:
             return None
         result = self._native.filter_records(
-            self._table, self.slots, self.latest_offset, batch, payload, now_ms, new_horizon_ms
+            self._table,
+            self.slots,
+            self.secret,
+            self.latest_offset,
+            batch,
+            payload,
+            now_ms,
+            new_horizon_ms,
         )
         if result is None:
             return None
@@ -189,6 +236,36 @@ class SkimpyOffsetMap:
         self.lookups += lookups
         self.probes += probes
         return FilteredRecords(kept, invalid, tombstones, rebuilt, max_timestamp, base_timestamp)
+
+    @property
+    def native(self) -> bool:
+        """Whether this map runs the C engine."""
+        return self._native is not None
+
+    def map_region(self, region: bytes | bytearray | memoryview, start: int) -> MappedRegion | None:
+        """build_offset_map over the leading plain batches of ``region`` (see
+        storagecore/cleaner/_native.c): keys at offsets >= ``start`` are put, and
+        :attr:`latest_offset` follows as the reference moves it. None without the engine."""
+        return _map_region(self, region, start)
+
+    def filter_region(
+        self,
+        region: bytes | bytearray | memoryview,
+        now_ms: int,
+        new_horizon_ms: int,
+        upper_bound: int,
+        producers: bytes,
+    ) -> FilteredRegion | None:
+        """The cleaner's filter over the leading plain batches of ``region``; ``producers``
+        from :func:`producer_pairs`. None without the engine."""
+        return _filter_region(
+            self,
+            region,
+            now_ms=now_ms,
+            new_horizon_ms=new_horizon_ms,
+            upper_bound=upper_bound,
+            producers=producers,
+        )
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
@@ -203,3 +280,136 @@ class SkimpyOffsetMap:
         self.latest_offset = -1
         self.lookups = 0
         self.probes = 0
+        # A new secret per round: what collided under the last one (by chance) does not again.
+        self.secret = self._fixed_secret if self._fixed_secret is not None else new_secret()
+
+
+class RegionStop(enum.IntEnum):
+    """Why a region call returned (the C engine's STOP_* values)."""
+
+    END = 0
+    """Every complete batch of the region was taken; what is left is an incomplete batch."""
+    BATCH = 1
+    """The batch after the consumed bytes is for the per-batch path."""
+    FULL = 2
+    """The map filled inside the last batch taken."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MappedRegion:
+    """What :meth:`SkimpyOffsetMap.map_region` took."""
+
+    consumed_bytes: int
+    batches: int
+    walked: int
+    """Records walked (in the batch where the map filled, up to where it did)."""
+    stop: RegionStop
+    last_offset: int
+    """Last offset of the last whole batch taken, -1 when none."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FilteredRegion:
+    """What :meth:`SkimpyOffsetMap.filter_region` took and wrote."""
+
+    output: bytes
+    #: Per batch written: (end position in output, last offset, max timestamp).
+    batch_ends: tuple[tuple[int, int, int], ...]
+    consumed_bytes: int
+    batches: int
+    messages_read: int
+    messages_written: int
+    invalid: int
+    batches_copied_verbatim: int
+    batches_rebuilt: int
+    next_delete_horizon_ms: int | None
+    stop: RegionStop
+    last_offset: int
+
+
+_TRIPLE: Final = struct.Struct("=qqq")
+_PAIR: Final = struct.Struct("=qq")
+
+
+def producer_pairs(last_data_offsets: Mapping[int, int]) -> bytes:
+    """Producer id → last data offset, packed as the C engine's filter_region takes them."""
+    return b"".join(_PAIR.pack(pid, offset) for pid, offset in sorted(last_data_offsets.items()))
+
+
+def _map_region(
+    offset_map: SkimpyOffsetMap, region: bytes | bytearray | memoryview, start: int
+) -> MappedRegion | None:
+    native = offset_map._native
+    if native is None:
+        return None
+    size, latest, walked, consumed, batches, stop, lookups, probes, last_offset = native.map_region(
+        offset_map._table,
+        offset_map.slots,
+        offset_map.size,
+        offset_map.capacity,
+        offset_map.secret,
+        region,
+        start,
+        offset_map.latest_offset,
+    )
+    offset_map.size = size
+    offset_map.latest_offset = latest
+    offset_map.lookups += lookups
+    offset_map.probes += probes
+    return MappedRegion(consumed, batches, walked, RegionStop(stop), last_offset)
+
+
+def _filter_region(
+    offset_map: SkimpyOffsetMap,
+    region: bytes | bytearray | memoryview,
+    *,
+    now_ms: int,
+    new_horizon_ms: int,
+    upper_bound: int,
+    producers: bytes,
+) -> FilteredRegion | None:
+    native = offset_map._native
+    if native is None:
+        return None
+    (
+        output,
+        ends,
+        consumed,
+        batches,
+        read,
+        written,
+        invalid,
+        verbatim,
+        rebuilt,
+        horizon,
+        stop,
+        lookups,
+        probes,
+        last_offset,
+    ) = native.filter_region(
+        offset_map._table,
+        offset_map.slots,
+        offset_map.latest_offset,
+        offset_map.secret,
+        region,
+        now_ms,
+        new_horizon_ms,
+        upper_bound,
+        producers,
+    )
+    offset_map.lookups += lookups
+    offset_map.probes += probes
+    return FilteredRegion(
+        output,
+        tuple(_TRIPLE.iter_unpack(ends)),
+        consumed,
+        batches,
+        read,
+        written,
+        invalid,
+        verbatim,
+        rebuilt,
+        horizon,
+        RegionStop(stop),
+        last_offset,
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import tracemalloc
 
@@ -11,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
+
+SECRET = bytes(range(16))
 
 
 def test_basic_validation_and_overwrite() -> None:
@@ -57,7 +58,7 @@ def test_capacity_and_progress_rules() -> None:
 def test_probe_sequence_is_kafkas() -> None:
     """Attempts walk the 13 four-byte windows of the digest, then go linear."""
     offset_map = SkimpyOffsetMap(1_000_003 * ENTRY_BYTES)
-    digest = hashlib.md5(b"some key").digest()
+    digest = key_digest(b"some key", SECRET)
     for attempt in range(20):
         window = min(attempt, 12)
         probe = struct.unpack_from(">i", digest, window)[0] + max(0, attempt - 12)
@@ -90,11 +91,34 @@ def test_memory_is_the_configured_buffer_whatever_the_key_count() -> None:
     )
 )
 def test_matches_a_dict_model(operations: list[tuple[bytes, int]]) -> None:
-    offset_map = SkimpyOffsetMap(512 * ENTRY_BYTES, load_factor=1.0)
+    offset_map = SkimpyOffsetMap(512 * ENTRY_BYTES, load_factor=1.0, secret=SECRET)
     model: dict[bytes, int] = {}
     for key, offset in operations:
         offset_map.put(key, offset)
-        model[key_digest(key)] = offset
+        model[key_digest(key, SECRET)] = offset
     assert offset_map.size == len(model)
     for digest, offset in model.items():
         assert offset_map.get_digest(digest) == offset
+
+
+def test_each_round_draws_a_new_secret_unless_one_is_given() -> None:
+    """A key pair that collides (by chance) under one round's secret does not under the next:
+    every clear() draws a new secret; a Spark job's fixed secret stays."""
+    offset_map = SkimpyOffsetMap(64 * ENTRY_BYTES)
+    secrets = {offset_map.secret}
+    for _ in range(5):
+        offset_map.clear()
+        secrets.add(offset_map.secret)
+    assert len(secrets) == 6
+    assert all(len(secret) == 16 for secret in secrets)
+    fixed = SkimpyOffsetMap(64 * ENTRY_BYTES, secret=SECRET)
+    fixed.clear()
+    assert fixed.secret == SECRET
+    with pytest.raises(ValueError, match="secret of 3 bytes"):
+        SkimpyOffsetMap(64 * ENTRY_BYTES, secret=b"abc")
+
+
+def test_digests_depend_on_the_secret() -> None:
+    other = bytes(16)
+    assert key_digest(b"k", SECRET) != key_digest(b"k", other)
+    assert key_digest(b"k", SECRET) == key_digest(b"k", SECRET)

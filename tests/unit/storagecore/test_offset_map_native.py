@@ -12,7 +12,6 @@ the pieces (MD5, CRC-32C, the table after puts, declined inputs) are checked on 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import random
 import shutil
@@ -37,7 +36,9 @@ from storagecore import (
     build_batch,
 )
 from storagecore.cleaner import Cleaner, CleanerStats, CleanRequest
-from storagecore.cleaner.offset_map import IMPLEMENTATION, SkimpyOffsetMap, key_digest
+from storagecore.cleaner.offset_map import IMPLEMENTATION, SkimpyOffsetMap
+from storagecore.cleaner.siphash import siphash128
+from storagecore.errors import CorruptRecordError
 from storagecore.native import load_extension
 from storagecore.records import layout
 from storagecore.records.batch import rebuild_batch
@@ -48,6 +49,7 @@ _native = load_extension("storagecore.cleaner._native")
 needs_native = pytest.mark.skipif(_native is None, reason="native speed-up not loaded")
 START_MS = 1_700_000_000_000
 DELETE_RETENTION_MS = 5_000
+SECRET = bytes(range(16))
 
 
 def test_expected_implementation_is_loaded() -> None:
@@ -58,26 +60,34 @@ def test_expected_implementation_is_loaded() -> None:
 
 @needs_native
 def test_map_entry_layout_agrees() -> None:
-    from storagecore.cleaner import offset_map
+    from storagecore.cleaner import offset_map, siphash
 
     assert _native is not None
     assert _native.HASH_BYTES == offset_map.HASH_BYTES
     assert _native.ENTRY_BYTES == offset_map.ENTRY_BYTES
+    assert _native.SECRET_BYTES == siphash.SECRET_BYTES
+    assert (_native.SIP_C_ROUNDS, _native.SIP_D_ROUNDS) == (siphash.C_ROUNDS, siphash.D_ROUNDS)
+    assert [_native.STOP_END, _native.STOP_BATCH, _native.STOP_FULL] == [
+        offset_map.RegionStop.END,
+        offset_map.RegionStop.BATCH,
+        offset_map.RegionStop.FULL,
+    ]
 
 
 @needs_native
-@given(st.binary(max_size=300))
-def test_md5_matches_hashlib(data: bytes) -> None:
+@given(st.binary(max_size=300), st.binary(min_size=16, max_size=16))
+def test_siphash_matches_the_python_reference(data: bytes, secret: bytes) -> None:
     assert _native is not None
-    assert _native.md5(data) == hashlib.md5(data).digest()
+    assert _native.siphash(data, secret, 1, 3) == siphash128(data, secret)
+    assert _native.siphash(data, secret, 2, 4) == siphash128(data, secret, 2, 4)
 
 
 @needs_native
-@pytest.mark.parametrize("length", [0, 1, 15, 16, 55, 56, 57, 63, 64, 65, 119, 120, 128, 1000])
-def test_md5_block_boundaries(length: int) -> None:
+@pytest.mark.parametrize("length", [0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 255, 256, 257, 1000])
+def test_siphash_block_boundaries(length: int) -> None:
     assert _native is not None
     data = bytes(range(256)) * 4
-    assert _native.md5(data[:length]) == hashlib.md5(data[:length]).digest()
+    assert _native.siphash(data[:length], SECRET, 1, 3) == siphash128(data[:length], SECRET)
 
 
 @needs_native
@@ -106,7 +116,7 @@ def _reference_put(offset_map: SkimpyOffsetMap, batch: RecordBatch, start: int) 
         if record.key is not None and record.offset >= start:
             if offset_map.size >= offset_map.capacity:
                 return walked, True
-            offset_map.put_digest(key_digest(record.key), record.offset)
+            offset_map.put_digest(offset_map.digest(record.key), record.offset)
         walked += 1
     return walked, False
 
@@ -126,8 +136,8 @@ def test_puts_leave_the_same_table(
     """Same table bytes, size, latest offset and full flag, including a map that fills in the
     middle of the batch (the capacity check comes before each put) and keys long enough to take
     the one-at-a-time MD5 path."""
-    native_map = SkimpyOffsetMap(memory, 0.75)
-    python_map = SkimpyOffsetMap(memory, 0.75, native=False)
+    native_map = SkimpyOffsetMap(memory, 0.75, secret=SECRET)
+    python_map = SkimpyOffsetMap(memory, 0.75, native=False, secret=SECRET)
     for offset, key in enumerate(prefill[: native_map.capacity]):
         native_map.put(key, offset)
         python_map.put(key, offset)
@@ -325,7 +335,9 @@ def test_cleaning_rounds_write_the_same_bytes(
             _append_all(log, clock, plan)
             log.roll()
             log.update_config(config)
-            cleaner = Cleaner(offset_map=SkimpyOffsetMap(24 * map_slots, native=native))
+            # One secret for both: the probe counts compared below depend on the digests.
+            offset_map = SkimpyOffsetMap(24 * map_slots, native=native, secret=SECRET)
+            cleaner = Cleaner(offset_map=offset_map)
             logs.append((log, clock, cleaner))
         # Rounds until clean, then again once every horizon has passed (tombstones go).
         for later_ms in (0, DELETE_RETENTION_MS + 1):
@@ -354,33 +366,36 @@ def test_cleaning_rounds_write_the_same_bytes(
 
 
 class _Counting:
-    """Wraps the extension module and counts the calls it answered (not declined)."""
+    """Wraps the extension module and counts the batches its calls took (not declined)."""
 
     def __init__(self, module: ModuleType) -> None:
         self._module = module
-        self.answered: dict[str, int] = {"put_keys": 0, "filter_records": 0}
+        self.answered: dict[str, int] = {
+            "put_keys": 0,
+            "filter_records": 0,
+            "map_region": 0,
+            "filter_region": 0,
+        }
 
     def __getattr__(self, name: str) -> object:
         function = getattr(self._module, name)
 
         def call(*args: object) -> object:
             result = function(*args)
-            if result is not None:
+            if name == "map_region":
+                self.answered[name] += result[4]  # type: ignore[index]
+            elif name == "filter_region":
+                self.answered[name] += result[3]  # type: ignore[index]
+            elif name in self.answered and result is not None:
                 self.answered[name] += 1
             return result
 
         return call
 
 
-@needs_native
-@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
-def test_native_path_takes_every_plain_data_batch(tmp_path: Path, codec: Compression) -> None:
-    """The differential test above would pass if the extension declined everything: here it
-    must answer for every batch of a log of ordinary keyed records."""
-    assert _native is not None
-    clock = ManualClock(START_MS)
-    log = Log.open(tmp_path / "t-0", LogConfig(cleanup_policy=("compact",)), clock)
-    for round_ in range(20):
+def _keyed_log(directory: Path, codecs: list[Compression]) -> Log:
+    log = Log.open(directory, LogConfig(cleanup_policy=("compact",)), ManualClock(START_MS))
+    for round_, codec in enumerate(codecs):
         log.append(
             build_batch(
                 [NewRecord(key=b"k%d" % (i % 7), value=b"v%d" % round_) for i in range(10)],
@@ -388,12 +403,78 @@ def test_native_path_takes_every_plain_data_batch(tmp_path: Path, codec: Compres
             )
         )
     log.roll()
+    return log
+
+
+@needs_native
+@pytest.mark.parametrize(
+    ("codec", "expected"),
+    [
+        # Uncompressed: the region calls take every batch, no per-batch call runs.
+        (Compression.NONE, {"map_region": 20, "filter_region": 20}),
+        # Compressed: one call per batch, after decompression (never one per record).
+        (Compression.LZ4, {"put_keys": 20, "filter_records": 20}),
+    ],
+)
+def test_native_path_takes_every_plain_data_batch(
+    tmp_path: Path, codec: Compression, expected: dict[str, int]
+) -> None:
+    """The differential test above would pass if the extension declined everything: here it
+    must answer for every batch of a log of ordinary keyed records."""
+    assert _native is not None
+    log = _keyed_log(tmp_path / "t-0", [codec] * 20)
     offset_map = SkimpyOffsetMap(24 * 1024)
     counting = _Counting(_native)
     offset_map._native = counting  # type: ignore[assignment]
     stats = Cleaner(offset_map=offset_map).clean(
         CleanRequest(log, 0, log.active_segment.base_offset)
     )
-    assert counting.answered == {"put_keys": 20, "filter_records": 20}
+    assert {k: v for k, v in counting.answered.items() if v} == expected
     assert stats.messages_written == 7
+    log.close()
+
+
+@needs_native
+def test_a_region_stops_at_the_first_batch_it_does_not_take(tmp_path: Path) -> None:
+    """Plain batches, a compressed one, plain again: the first call takes the leading plain
+    batches and stops at the compressed one; a truncated last batch is left (STOP_END)."""
+    log = _keyed_log(tmp_path / "t-0", [Compression.NONE] * 3 + [Compression.GZIP] * 1)
+    data = log.segments[0].log.read(0, log.segments[0].log.size_bytes)
+    sizes = [batch.size_bytes for _position, batch in log.segments[0].log.batches()]
+    offset_map = SkimpyOffsetMap(24 * 64, secret=SECRET)
+    mapped = offset_map.map_region(data, 0)
+    assert mapped is not None
+    assert (mapped.consumed_bytes, mapped.batches, mapped.stop) == (sum(sizes[:3]), 3, 1)
+    assert mapped.last_offset == 29 and offset_map.latest_offset == 29
+    # Only the plain part, cut inside its third batch: two batches, then the incomplete rest.
+    cut = data[: sizes[0] + sizes[1] + 20]
+    again = SkimpyOffsetMap(24 * 64, secret=SECRET).map_region(cut, 0)
+    assert again is not None
+    assert (again.consumed_bytes, again.batches, again.stop) == (sizes[0] + sizes[1], 2, 0)
+    log.close()
+
+
+@needs_native
+def test_a_corrupt_batch_in_a_region_fails_the_clean_naming_file_and_position(
+    tmp_path: Path,
+) -> None:
+    """The engine stops at a batch whose CRC does not match; the per-batch path raises the
+    reference's error with the file and position, and nothing is rewritten."""
+    log = _keyed_log(tmp_path / "t-0", [Compression.NONE] * 4)
+    segment = log.segments[0]
+    sizes = [batch.size_bytes for _position, batch in segment.log.batches()]
+    position = sizes[0] + sizes[1]
+    path = segment.log.path
+    # Flipped under the open log (as a disk would): the loader would truncate it on a reload.
+    with path.open("r+b") as file:
+        file.seek(position + 70)
+        byte = file.read(1)
+        file.seek(position + 70)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    before = path.read_bytes()
+    with pytest.raises(CorruptRecordError, match=f"at position {position}: .*CRC mismatch"):
+        Cleaner(offset_map=SkimpyOffsetMap(24 * 64)).clean(
+            CleanRequest(log, 0, log.active_segment.base_offset)
+        )
+    assert log.segments[0].log.path.read_bytes() == before
     log.close()

@@ -10,7 +10,17 @@ from storagecore.records import layout
 
 MODULES = ["storagecore.records._native", "storagecore.cleaner._native"]
 #: Constants of a module's own, not layout copies.
-OWN = {"HASH_BYTES", "ENTRY_BYTES"}
+#: The cleaner engine's own constants, checked in test_offset_map_native.py.
+OWN = {
+    "HASH_BYTES",
+    "ENTRY_BYTES",
+    "SECRET_BYTES",
+    "SIP_C_ROUNDS",
+    "SIP_D_ROUNDS",
+    "STOP_END",
+    "STOP_BATCH",
+    "STOP_FULL",
+}
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,329 @@
+/* The cleaner's per-batch record work: the offset map's probes, key digests, and the two
+ * passes over one batch's records (map_batch, filter_batch). Included by
+ * storagecore/cleaner/_native.c only, which documents the contract with the Python reference.
+ */
+#ifndef STORAGECORE_CLEANER_BATCH_H
+#define STORAGECORE_CLEANER_BATCH_H
+#include "_cleaner_records.h"
+
+#define ENTRY_BYTES 24
+/* The smallest well-framed record: length, attributes, timestamp delta, offset delta, key
+ * length, value length and header count, one byte each. */
+#define MIN_RECORD_BYTES 7
+/* The cleaner's instance of SipHash: one compression round, three finalization rounds. */
+#define SIP_C_ROUNDS 1
+#define SIP_D_ROUNDS 3
+
+/* ---- the offset map ---------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *table;
+    Py_ssize_t slots;
+    unsigned long long lookups, probes;
+} offset_map_t;
+
+static inline Py_ssize_t slot_of(const uint8_t *digest, Py_ssize_t slots, Py_ssize_t attempt) {
+    Py_ssize_t window = attempt < HASH_BYTES - 4 ? attempt : HASH_BYTES - 4;
+    uint32_t word = (uint32_t)digest[window] << 24 | (uint32_t)digest[window + 1] << 16 |
+                    (uint32_t)digest[window + 2] << 8 | (uint32_t)digest[window + 3];
+    uint32_t linear = attempt > HASH_BYTES - 4 ? (uint32_t)(attempt - (HASH_BYTES - 4)) : 0;
+    int32_t probe = (int32_t)(word + linear); /* Java int arithmetic wraps */
+    int64_t magnitude = probe == INT32_MIN ? 0 : (probe < 0 ? -(int64_t)probe : probe);
+    return (Py_ssize_t)(magnitude % slots);
+}
+
+static const uint8_t EMPTY_ENTRY[ENTRY_BYTES] = {0};
+
+/* Byte position of digest's slot (*found = 1) or of the first empty slot on its probe path
+ * (*found = 0); -1 when neither exists (a full map). Same bound as the reference. */
+static Py_ssize_t map_find(offset_map_t *map, const uint8_t *digest, int *found) {
+    map->lookups++;
+    Py_ssize_t attempts = map->slots + HASH_BYTES;
+    for (Py_ssize_t attempt = 0; attempt < attempts; attempt++) {
+        Py_ssize_t position = slot_of(digest, map->slots, attempt) * ENTRY_BYTES;
+        map->probes++;
+        const uint8_t *entry = map->table + position;
+        if (memcmp(entry, digest, HASH_BYTES) == 0) {
+            *found = 1;
+            return position;
+        }
+        if (memcmp(entry, EMPTY_ENTRY, ENTRY_BYTES) == 0) {
+            *found = 0;
+            return position;
+        }
+    }
+    *found = 0;
+    return -1;
+}
+
+static int64_t map_get(offset_map_t *map, const uint8_t *digest) {
+    int found;
+    Py_ssize_t position = map_find(map, digest, &found);
+    return found ? get64(map->table + position + HASH_BYTES) : -1;
+}
+/* ---- digests and probes, a batch at a time ----------------------------------------------- */
+
+/* The digest of every wanted record's key. Returns the number of wanted records, whose
+ * indexes are written to wanted[]. */
+static Py_ssize_t digest_keys(record_t *records, Py_ssize_t count, Py_ssize_t *wanted,
+                              sip_key_t key) {
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        record_t *r = &records[i];
+        if (!r->wanted) continue;
+        wanted[n++] = i;
+        siphash128(r->key, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, r->digest);
+    }
+    return n;
+}
+
+/* How many wanted records ahead the first slot is prefetched: the map is large and its slots
+ * are visited at random, so each probe would otherwise wait for memory. */
+#define PREFETCH_DISTANCE 16
+
+static inline void prefetch_slot(const offset_map_t *map, const record_t *records,
+                                 const Py_ssize_t *wanted, Py_ssize_t n, Py_ssize_t k) {
+    if (k < n) {
+        const uint8_t *digest = records[wanted[k]].digest;
+        __builtin_prefetch(map->table + slot_of(digest, map->slots, 0) * ENTRY_BYTES);
+    }
+}
+/* ---- one batch --------------------------------------------------------------------------- */
+
+/* Scratch arrays sized for the largest batch seen, reused across the batches of a region. */
+typedef struct {
+    record_t *records;
+    Py_ssize_t *wanted;
+    char *kept;
+    Py_ssize_t capacity;
+} scratch_t;
+
+static void scratch_free(scratch_t *s) {
+    PyMem_RawFree(s->records);
+    PyMem_RawFree(s->wanted);
+    PyMem_RawFree(s->kept);
+    memset(s, 0, sizeof(*s));
+}
+
+/* 0 when room for count records is held; -1 on out of memory (no exception: the GIL may be
+ * released). */
+static int scratch_reserve(scratch_t *s, Py_ssize_t count) {
+    if (count <= s->capacity && s->records != NULL) return 0;
+    Py_ssize_t capacity = count > 64 ? count : 64;
+    scratch_free(s);
+    s->records = (record_t *)PyMem_RawMalloc((size_t)capacity * sizeof(record_t));
+    s->wanted = (Py_ssize_t *)PyMem_RawMalloc((size_t)capacity * sizeof(Py_ssize_t));
+    s->kept = (char *)PyMem_RawMalloc((size_t)capacity);
+    if (s->records == NULL || s->wanted == NULL || s->kept == NULL) {
+        scratch_free(s);
+        return -1;
+    }
+    s->capacity = capacity;
+    return 0;
+}
+
+/* The header fields the record work reads. The records are `payload` when given (a compressed
+ * batch, decompressed by the caller), else the bytes after the header. */
+typedef struct {
+    batch_info_t info;
+    const uint8_t *batch;
+    Py_ssize_t size;
+    int attributes, has_horizon;
+    Py_ssize_t count;
+    int64_t last_offset_delta, max_timestamp, producer_id;
+    const uint8_t *records;
+    Py_ssize_t records_bytes;
+} batch_view_t;
+
+static void view_batch(const uint8_t *b, Py_ssize_t size, const uint8_t *payload,
+                       Py_ssize_t payload_bytes, batch_view_t *view) {
+    view->batch = b;
+    view->size = size;
+    view->attributes = get16(b + ATTRIBUTES_OFFSET);
+    view->has_horizon = (view->attributes & DELETE_HORIZON_FLAG_MASK) != 0;
+    view->info.base_offset = get64(b + BASE_OFFSET_OFFSET);
+    view->info.base_timestamp = get64(b + BASE_TIMESTAMP_OFFSET);
+    view->max_timestamp = get64(b + MAX_TIMESTAMP_OFFSET);
+    view->producer_id = get64(b + PRODUCER_ID_OFFSET);
+    view->info.log_append = (view->attributes & TIMESTAMP_TYPE_MASK) != 0;
+    view->info.log_append_time = view->max_timestamp;
+    view->count = get32(b + RECORDS_COUNT_OFFSET);
+    view->last_offset_delta = get32(b + LAST_OFFSET_DELTA_OFFSET);
+    if (payload != NULL) {
+        view->records = payload;
+        view->records_bytes = payload_bytes;
+    } else {
+        view->records = b + RECORD_BATCH_OVERHEAD;
+        view->records_bytes = size - RECORD_BATCH_OVERHEAD;
+    }
+}
+
+/* Whether `count` records could fill `bytes` (each takes at least MIN_RECORD_BYTES). */
+static inline int plausible_count(Py_ssize_t count, Py_ssize_t bytes) {
+    return count >= 0 && count <= bytes / MIN_RECORD_BYTES + 1;
+}
+
+/* What a map pass has done so far. */
+typedef struct {
+    Py_ssize_t size, capacity, puts, walked;
+    int64_t last_put;
+    int full, overfull;
+} map_progress_t;
+
+/* Cleaner.build_offset_map's loop over one data batch: every record with a key and an offset
+ * >= start is put (digest -> offset), but first, when size has reached capacity, the walk
+ * stops with full set; walked counts the records walked before that. -1 (declined) before
+ * changing anything when the records do not parse. */
+static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view, int64_t start,
+                     scratch_t *s, map_progress_t *p) {
+    Py_ssize_t count = view->count;
+    record_t *records = s->records;
+    if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        records[i].wanted = records[i].key_length >= 0 && records[i].offset >= start;
+    }
+    Py_ssize_t n = digest_keys(records, count, s->wanted, key), k = 0;
+    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) prefetch_slot(map, records, s->wanted, n, q);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const record_t *r = &records[i];
+        if (r->wanted) {
+            prefetch_slot(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE);
+            if (p->size >= p->capacity) {
+                p->full = 1;
+                return 0;
+            }
+            int found;
+            Py_ssize_t position = map_find(map, r->digest, &found);
+            if (!found) {
+                if (position < 0 || p->size >= map->slots) {
+                    p->overfull = 1;
+                    return 0;
+                }
+                memcpy(map->table + position, r->digest, HASH_BYTES);
+                p->size++;
+            }
+            put64(map->table + position + HASH_BYTES, r->offset);
+            p->puts++;
+            p->last_put = r->offset;
+        }
+        p->walked++;
+    }
+    return 0;
+}
+
+/* Room filter_batch may write for one batch: the header and every record re-encoded. */
+static inline size_t filter_room(const batch_view_t *view) {
+    return RECORD_BATCH_OVERHEAD + (size_t)view->records_bytes +
+           (size_t)view->count * REENCODE_SLACK_BYTES + 1;
+}
+
+typedef struct {
+    Py_ssize_t kept, invalid;
+    int tombstones, set_horizon;
+    Py_ssize_t out_bytes; /* 0: nothing to write, or the batch is kept verbatim */
+    int64_t max_timestamp, new_base;
+} filtered_t;
+
+/* Cleaner._retain_record over every record of one data batch, then what rebuild_batch would
+ * write into out (filter_room bytes): for an uncompressed batch (frame) the whole rebuilt
+ * batch, header and CRC included; for a compressed one the uncompressed kept records encoded
+ * against new_base, for the caller to compress and frame. Nothing is written when nothing was
+ * kept or when the batch is copied verbatim (all kept and no horizon to stamp). A tombstone
+ * survives while now_ms is below the batch's delete horizon; a batch without one that keeps a
+ * tombstone gets new_horizon_ms. -1 when declined. */
+static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
+                        const batch_view_t *view, int frame, int64_t now_ms,
+                        int64_t new_horizon_ms, scratch_t *s, uint8_t *out, filtered_t *f) {
+    Py_ssize_t count = view->count;
+    record_t *records = s->records;
+    char *kept_flags = s->kept;
+    const int has_horizon = view->has_horizon;
+    const int64_t old_horizon = view->info.base_timestamp;
+    memset(f, 0, sizeof(*f));
+    if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        records[i].wanted = records[i].offset <= latest_offset && records[i].key_length >= 0;
+    }
+    Py_ssize_t n = digest_keys(records, count, s->wanted, key), k = 0;
+    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) prefetch_slot(map, records, s->wanted, n, q);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const record_t *r = &records[i];
+        int keep;
+        if (r->offset > latest_offset) {
+            keep = 1; /* not mapped in this round */
+        } else if (r->key_length < 0) {
+            f->invalid++;
+            keep = 0;
+        } else {
+            prefetch_slot(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE);
+            if (r->offset < map_get(map, r->digest)) {
+                keep = 0; /* a later record has this key */
+            } else if (r->value_length >= 0) {
+                keep = 1;
+            } else {
+                keep = !has_horizon || now_ms < old_horizon;
+            }
+        }
+        kept_flags[i] = (char)keep;
+        if (keep) {
+            f->kept++;
+            if (r->value_length < 0) f->tombstones = 1;
+        }
+    }
+    f->set_horizon = !has_horizon && f->tombstones;
+    if (f->kept == 0 || (f->kept == count && !f->set_horizon)) return 0;
+    /* rebuild_batch -> build_batch: offset deltas must increase and stay within the last
+     * offset delta; the base timestamp is the horizon if there is one, else the first kept
+     * record's timestamp; the max timestamp is over the kept records. */
+    int64_t previous_delta = 0, first_timestamp = 0, max_timestamp = INT64_MIN;
+    int first = 1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!kept_flags[i]) continue;
+        const record_t *r = &records[i];
+        if (!first && r->offset_delta <= previous_delta) return -1;
+        if (first) first_timestamp = r->timestamp;
+        first = 0;
+        previous_delta = r->offset_delta;
+        if (r->timestamp > max_timestamp) max_timestamp = r->timestamp;
+    }
+    if (previous_delta > view->last_offset_delta) return -1;
+    if (view->info.log_append) max_timestamp = view->info.log_append_time;
+    int64_t new_base =
+        f->set_horizon ? new_horizon_ms : (has_horizon ? old_horizon : first_timestamp);
+    uint8_t *cursor = frame ? out + RECORD_BATCH_OVERHEAD : out;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!kept_flags[i]) continue;
+        /* LogAppendTime records carry the batch time, encoded against the base. */
+        int64_t timestamp = view->info.log_append ? first_timestamp : records[i].timestamp;
+        int64_t delta;
+        if (__builtin_sub_overflow(timestamp, new_base, &delta)) return -1;
+        cursor = put_record(cursor, &records[i], delta);
+    }
+    Py_ssize_t out_bytes = cursor - out;
+    if (frame) {
+        /* _assemble_batch: the original header with the new length, attributes (codec,
+         * timestamp type, transactional and control bits kept; the horizon bit as decided),
+         * base and max timestamps, record count, then the CRC. */
+        memcpy(out, view->batch, RECORD_BATCH_OVERHEAD);
+        int attributes = view->attributes & (CODEC_MASK | TIMESTAMP_TYPE_MASK |
+                                             TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK);
+        if (has_horizon || f->set_horizon) attributes |= DELETE_HORIZON_FLAG_MASK;
+        put32(out + LENGTH_OFFSET, (uint32_t)(out_bytes - LOG_OVERHEAD));
+        put16(out + ATTRIBUTES_OFFSET, (uint16_t)attributes);
+        put64(out + BASE_TIMESTAMP_OFFSET, new_base);
+        put64(out + MAX_TIMESTAMP_OFFSET, max_timestamp);
+        put32(out + RECORDS_COUNT_OFFSET, (uint32_t)f->kept);
+        put32(out + CRC_OFFSET,
+              crc32c(out + ATTRIBUTES_OFFSET, (size_t)(out_bytes - ATTRIBUTES_OFFSET)));
+    }
+    f->out_bytes = out_bytes;
+    f->max_timestamp = max_timestamp;
+    f->new_base = new_base;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,115 @@
+"""A segment read in regions for the cleaner's two passes: whole regions for the C engine,
+one batch at a time for everything it leaves (compressed, control and transactional batches,
+and the pure-Python reference).
+
+:class:`SegmentWalk` reads a segment from a position in chunks of about :data:`REGION_BYTES`
+and keeps one cursor for both kinds of caller, so that a pass alternates between region calls
+and single batches without reading anything twice. The checks of a single batch are
+FileRecords.batches' framing and RecordBatch.validate; a batch that fails them, or a tail
+that is not a complete batch, raises :class:`CorruptRecordError` naming the partition, the file
+and the position (the cleaner then marks the partition uncleanable: nothing is rewritten from
+bad bytes). Reads only; owned by one pass of one cleaner thread.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, Protocol
+
+from storagecore.config import TopicPartition
+from storagecore.errors import CorruptRecordError
+from storagecore.records import layout
+from storagecore.records.batch import RecordBatch
+from storagecore.records.file_records import FileRecords
+
+#: Bytes read at a time: the unit of a region call, and of throttling and abort checks.
+REGION_BYTES: Final = 1 << 20
+_HEADER_PREFIX: Final = struct.Struct(">qi")
+
+
+class SegmentSource(Protocol):
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def log(self) -> FileRecords: ...
+
+
+class SegmentWalk:
+    """The batches of ``segment`` from byte ``position`` to its end."""
+
+    def __init__(self, tp: TopicPartition, segment: SegmentSource, position: int) -> None:
+        self.tp = tp
+        self.file = segment.log
+        self.position = position
+        self.end = segment.log.size_bytes
+        self._chunk = b""
+        self._chunk_start = position
+
+    def _view(self, size: int) -> memoryview:
+        """``size`` bytes from the cursor (fewer only at the end of the file), read in a new
+        chunk of at least REGION_BYTES when the current one does not hold them."""
+        offset = self.position - self._chunk_start
+        if offset < 0 or offset + size > len(self._chunk):
+            want = min(max(size, REGION_BYTES), self.end - self.position)
+            self._chunk = self.file.read(self.position, want)
+            self._chunk_start = self.position
+            offset = 0
+        return memoryview(self._chunk)[offset : offset + size]
+
+    def region(self) -> memoryview | None:
+        """The unread bytes of the current chunk, or of a new one when fewer than half a
+        region is left of it before the end of the file; None at the end of the segment."""
+        if self.position >= self.end:
+            return None
+        offset = self.position - self._chunk_start
+        left = len(self._chunk) - offset
+        if offset < 0 or (
+            left < REGION_BYTES // 2 and self._chunk_start + len(self._chunk) < self.end
+        ):
+            return self._view(min(REGION_BYTES, self.end - self.position))
+        return memoryview(self._chunk)[offset:]
+
+    def advance(self, size: int) -> None:
+        """``size`` bytes were taken by a region call."""
+        assert 0 <= size <= self.end - self.position
+        self.position += size
+
+    def next_batch(self) -> tuple[int, RecordBatch] | None:
+        """(position, batch) of the next batch, validated; None at the end of the segment."""
+        position = self.position
+        left = self.end - position
+        if left <= 0:
+            return None
+        if left < layout.HEADER_SIZE_UP_TO_MAGIC:
+            raise self._incomplete()
+        _base_offset, length = _HEADER_PREFIX.unpack_from(self._view(_HEADER_PREFIX.size))
+        if length < layout.MIN_DECLARED_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"{self.tp}: {self.file.path}: batch at position {position} declares length "
+                f"{length} (minimum {layout.MIN_DECLARED_BATCH_LENGTH})"
+            )
+        size = length + layout.LOG_OVERHEAD
+        if size > left:
+            raise self._incomplete()
+        if size < layout.RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(
+                f"{self.tp}: {self.file.path}: batch at position {position} is {size} bytes, "
+                f"smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
+            )
+        batch = RecordBatch(self._view(size))
+        try:
+            batch.validate()
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"{self.tp}: {self.file.path} at position {position}: {exc}"
+            ) from exc
+        self.position += size
+        return position, batch
+
+    def _incomplete(self) -> CorruptRecordError:
+        # A sealed segment must end on a batch boundary (FileRecords.batches stops quietly).
+        return CorruptRecordError(
+            f"{self.tp}: {self.file.path}: {self.end - self.position} bytes at position "
+            f"{self.position} do not form a complete batch"
+        )
