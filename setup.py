@@ -29,7 +29,7 @@ setup(
         Extension(
             "storagecore.records._native",
             ["storagecore/records/_native.c"],
-            depends=["storagecore/records/_layout.h"],
+            depends=["storagecore/records/_layout.h", "storagecore/records/_walker.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),
         Extension(

@@ -1,7 +1,9 @@
 /* Native speed-ups of storagecore.records: the record scan and the append fast path.
  *
- * Walks the records of an uncompressed batch payload without building objects: checks framing
- * (length varints, field lengths, header keys, nothing left over), and reports the min and max
+ * Walks the records of an uncompressed batch payload without building objects (the framing
+ * checks are _walker.h's walk_record, shared with the columnar decoder of _columns.c, which is
+ * compiled into this module too): checks framing (length varints, field lengths, header keys,
+ * nothing left over), and reports the min and max
  * record timestamps, the number of null keys and whether offset deltas run 0..n-1.
  *
  * The pure-Python reference is storagecore/records/_scan_py.py; both must return identical
@@ -15,6 +17,7 @@
 #include <stdint.h>
 
 #include "_layout.h"
+#include "_walker.h"
 
 /* Result of walking the records of one uncompressed payload. */
 typedef struct {
@@ -34,81 +37,50 @@ enum {
 
 static void scan_impl(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
                       long long base_timestamp, scan_t *r) {
-    Py_ssize_t pos = 0;
+    ptrdiff_t pos = 0;
     r->problem = PROBLEM_NONE;
     r->max_ts = -1;
     r->min_ts = INT64_MAX;
     r->null_keys = 0;
     r->sequential = 1;
     for (Py_ssize_t index = 0; index < count; index++) {
-        Py_ssize_t start = pos;
-        int64_t length, ts_delta, offset_delta, key_length, value_length, header_count;
+        walked_record_t w;
         r->index = index;
-        r->start = start;
-        if (read_varint(buf, &pos, end, &length) < 0) goto bad_varint;
-        Py_ssize_t body_end = pos + (Py_ssize_t)length;
-        if (length < 0 || length > end - pos) {
-            r->problem = PROBLEM_LENGTH;
-            r->length = length;
+        r->start = pos;
+        switch (walk_record(buf, &pos, end, &w)) {
+        case WALK_OK:
+            break;
+        case WALK_VARINT:
+            r->problem = PROBLEM_VARINT;
             return;
-        }
-        if (pos + 1 > body_end) goto bad_varint;
-        pos += 1; /* attributes */
-        if (read_varlong(buf, &pos, body_end, &ts_delta) < 0) goto bad_varint;
-        if (read_varint(buf, &pos, body_end, &offset_delta) < 0) goto bad_varint;
-        if (offset_delta != index) r->sequential = 0;
-        if (read_varint(buf, &pos, body_end, &key_length) < 0) goto bad_varint;
-        if (key_length < 0) {
-            r->null_keys++;
-        } else {
-            if (key_length > body_end - pos) goto past_record;
-            pos += (Py_ssize_t)key_length;
-        }
-        if (read_varint(buf, &pos, body_end, &value_length) < 0) goto bad_varint;
-        if (value_length > 0) {
-            if (value_length > body_end - pos) goto past_record;
-            pos += (Py_ssize_t)value_length;
-        }
-        if (read_varint(buf, &pos, body_end, &header_count) < 0) goto bad_varint;
-        if (header_count < 0) {
+        case WALK_LENGTH:
+            r->problem = PROBLEM_LENGTH;
+            r->length = w.length;
+            return;
+        case WALK_PAST_RECORD:
+            r->problem = PROBLEM_PAST_RECORD;
+            return;
+        case WALK_HEADER_COUNT:
             r->problem = PROBLEM_HEADER_COUNT;
             return;
-        }
-        for (int64_t h = 0; h < header_count; h++) {
-            int64_t hk, hv;
-            if (read_varint(buf, &pos, body_end, &hk) < 0) goto bad_varint;
-            if (hk < 0) {
-                r->problem = PROBLEM_NULL_HEADER_KEY;
-                return;
-            }
-            if (hk > body_end - pos) goto past_record;
-            pos += (Py_ssize_t)hk;
-            if (read_varint(buf, &pos, body_end, &hv) < 0) goto bad_varint;
-            if (hv > 0) {
-                if (hv > body_end - pos) goto past_record;
-                pos += (Py_ssize_t)hv;
-            }
-        }
-        if (pos != body_end) {
+        case WALK_NULL_HEADER_KEY:
+            r->problem = PROBLEM_NULL_HEADER_KEY;
+            return;
+        default: /* WALK_BODY */
             r->problem = PROBLEM_BODY;
-            r->length = length;
-            r->extra = pos - body_end + (Py_ssize_t)length;
+            r->length = w.length;
+            r->extra = (Py_ssize_t)w.fields_bytes;
             return;
         }
+        if (w.offset_delta != index) r->sequential = 0;
+        if (w.key_length < 0) r->null_keys++;
         long long timestamp;
-        if (__builtin_add_overflow(base_timestamp, (long long)ts_delta, &timestamp)) {
+        if (__builtin_add_overflow(base_timestamp, (long long)w.timestamp_delta, &timestamp)) {
             r->problem = PROBLEM_TIMESTAMP;
             return;
         }
         if (timestamp > r->max_ts) r->max_ts = timestamp;
         if (timestamp < r->min_ts) r->min_ts = timestamp;
-        continue;
-    bad_varint:
-        r->problem = PROBLEM_VARINT;
-        return;
-    past_record:
-        r->problem = PROBLEM_PAST_RECORD;
-        return;
     }
     if (pos != end) {
         r->problem = PROBLEM_LEFTOVER;
