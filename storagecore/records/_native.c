@@ -255,17 +255,25 @@ static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
                          offset_of_max >= 0 ? offset_of_max : counter - 1, record_count, batch_count);
 }
 
+/* _columns.c */
+PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
+void storagecore_columns_init(void);
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(payload, count, base_timestamp) -> (problem, max_ts, min_ts, null_keys, sequential)"},
     {"validate_uncompressed", validate_uncompressed, METH_VARARGS,
      "Whole-request validation of uncompressed batches; None means: use the Python path."},
+    {"decode_columns", storagecore_decode_columns, METH_VARARGS,
+     "decode_columns(region, position, end, columns, min_offset, max_offset, include_control, "
+     "max_output_bytes, decompress) -> (rows, batches, position, problem, buffers, null_counts)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__native(void) {
+    storagecore_columns_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (add_layout_constants(m) < 0) {

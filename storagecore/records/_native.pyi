@@ -1,0 +1,71 @@
+"""Types of the C extension storagecore.records._native (_native.c, _columns.c).
+
+Every function and constant the module defines; tests/unit/storagecore/records/test_columns.py
+checks that this list and the built module's agree.
+"""
+
+from collections.abc import Callable, Sequence
+
+from storagecore.records.columns_types import Decompress
+
+# The layout constants of _layout.h (checked against layout.py by test_native_layout.py).
+MAX_VARINT_BYTES: int
+MAX_VARLONG_BYTES: int
+LOG_OVERHEAD: int
+RECORD_BATCH_OVERHEAD: int
+BASE_OFFSET_OFFSET: int
+LENGTH_OFFSET: int
+PARTITION_LEADER_EPOCH_OFFSET: int
+MAGIC_OFFSET: int
+CRC_OFFSET: int
+ATTRIBUTES_OFFSET: int
+LAST_OFFSET_DELTA_OFFSET: int
+BASE_TIMESTAMP_OFFSET: int
+MAX_TIMESTAMP_OFFSET: int
+PRODUCER_ID_OFFSET: int
+PRODUCER_EPOCH_OFFSET: int
+BASE_SEQUENCE_OFFSET: int
+RECORDS_COUNT_OFFSET: int
+CURRENT_MAGIC: int
+COMPRESSION_CODEC_MASK: int
+TIMESTAMP_TYPE_MASK: int
+TRANSACTIONAL_FLAG_MASK: int
+CONTROL_FLAG_MASK: int
+DELETE_HORIZON_FLAG_MASK: int
+MIN_DECLARED_BATCH_LENGTH: int
+
+def scan_records(
+    payload: bytes | bytearray | memoryview, count: int, base_timestamp: int, /
+) -> tuple[str | None, int, int, int, bool]:
+    """(problem, max_timestamp, min_timestamp, null_key_count, offsets_sequential)"""
+
+def validate_uncompressed(
+    out: bytearray,
+    next_offset: int,
+    now_ms: int,
+    client: bool,
+    replication: bool,
+    compact: bool,
+    max_message_bytes: int,
+    leader_epoch: int,
+    before_max_ms: int,
+    after_max_ms: int,
+    crc32c: Callable[[memoryview], int],
+    /,
+) -> tuple[int, int, int, int, int, int] | None:
+    """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
+    batch_count), or None: use the Python path."""
+
+def decode_columns(
+    region: bytes | bytearray | memoryview,
+    position: int,
+    end: int,
+    columns: Sequence[str],
+    min_offset: int | None,
+    max_offset: int | None,
+    include_control: bool,
+    max_output_bytes: int,
+    decompress: Decompress,
+    /,
+) -> tuple[int, int, int, str | None, dict[str, tuple[bytes | bytearray, ...]], dict[str, int]]:
+    """(rows, batches, position, problem, buffers, null_counts): see columns_types.py."""
