@@ -1,10 +1,10 @@
-/* Native speed-ups of storagecore.records: the record scan and the append fast path.
+/* Native speed-ups of storagecore.records: the record scan, the append fast path and (from
+ * _columns.c, compiled into this module too) the columnar decoder, decode_columns.
  *
- * Walks the records of an uncompressed batch payload without building objects (the framing
- * checks are _walker.h's walk_record, shared with the columnar decoder of _columns.c, which is
- * compiled into this module too): checks framing (length varints, field lengths, header keys,
- * nothing left over), and reports the min and max
- * record timestamps, the number of null keys and whether offset deltas run 0..n-1.
+ * The scan walks the records of an uncompressed batch payload without building objects: checks
+ * framing (length varints, field lengths, header keys, nothing left over) with _walker.h's
+ * walk_record, the one record walker of the C code, and reports the min and max record
+ * timestamps, the number of null keys and whether offset deltas run 0..n-1.
  *
  * The pure-Python reference is storagecore/records/_scan_py.py; both must return identical
  * results (including problem messages) on every input, which tests/unit/.../test_scan.py checks.
