@@ -2,7 +2,7 @@
  *
  * decode_columns(region, position, end, columns, min_offset, max_offset, include_control,
  *                max_output_bytes, decompress)
- *   -> (rows, batches, position, problem, buffers, null_counts)
+ *   -> (rows, batches, position, problem, buffers, null_counts, batch_buffers)
  *
  * Compiled into storagecore.records._native (beside the record scan of _native.c); called
  * through storagecore/records/columns.py, whose docstring and DecodedColumns (columns_types.py)
@@ -62,6 +62,17 @@ static const int column_buffers[N_COLUMNS][7] = {
      B_HEADER_VALUE_OFFSETS, B_HEADER_VALUE_DATA, -1},
 };
 
+/* The per-batch table, in BATCH_COLUMNS' order (columns_types.py). */
+enum {
+    M_POSITION, M_BASE_OFFSET, M_LAST_OFFSET_DELTA, M_PARTITION_LEADER_EPOCH, M_ATTRIBUTES,
+    M_MAX_TIMESTAMP, M_PRODUCER_ID, M_PRODUCER_EPOCH, M_BASE_SEQUENCE, M_FIRST_ROW, M_ROWS,
+    N_META
+};
+static const char *const meta_names[N_META] = {
+    "position",      "base_offset", "last_offset_delta", "partition_leader_epoch",
+    "attributes",    "max_timestamp", "producer_id",     "producer_epoch",
+    "base_sequence", "first_row",   "rows"};
+
 /* A bytearray being filled: data[0..len) written, cap allocated. */
 typedef struct {
     PyObject *obj;
@@ -72,6 +83,7 @@ typedef struct {
 typedef struct {
     int want[N_COLUMNS];
     growbuf_t b[N_BUFFERS];
+    growbuf_t meta[N_META];
     Py_ssize_t rows, headers; /* rows of the columns; headers of the headers column */
     Py_ssize_t key_nulls, value_nulls, header_value_nulls;
 } out_t;
@@ -101,6 +113,7 @@ static inline int put(growbuf_t *g, const void *p, Py_ssize_t n) {
 
 static inline int put_i64(growbuf_t *g, int64_t v) { return put(g, &v, 8); }
 static inline int put_i32(growbuf_t *g, int32_t v) { return put(g, &v, 4); }
+static inline int put_i16(growbuf_t *g, int16_t v) { return put(g, &v, 2); }
 
 /* Bit `index` of a validity bitmap (a new byte every 8 items, zeroed first). */
 static inline int put_bit(growbuf_t *g, Py_ssize_t index, int valid) {
@@ -265,6 +278,25 @@ static int decode_records(out_t *o, const uint8_t *buf, ptrdiff_t end, int32_t c
     return 0;
 }
 
+/* The entry of the batch at region[position] in the per-batch table; rows from first_row on
+ * came from it. */
+static int put_batch(out_t *o, Py_ssize_t position, const uint8_t *b, Py_ssize_t first_row) {
+    growbuf_t *m = o->meta;
+    if (put_i64(&m[M_POSITION], position) < 0 ||
+        put_i64(&m[M_BASE_OFFSET], get64(b + BASE_OFFSET_OFFSET)) < 0 ||
+        put_i32(&m[M_LAST_OFFSET_DELTA], get32(b + LAST_OFFSET_DELTA_OFFSET)) < 0 ||
+        put_i32(&m[M_PARTITION_LEADER_EPOCH], get32(b + PARTITION_LEADER_EPOCH_OFFSET)) < 0 ||
+        put_i16(&m[M_ATTRIBUTES], get16(b + ATTRIBUTES_OFFSET)) < 0 ||
+        put_i64(&m[M_MAX_TIMESTAMP], get64(b + MAX_TIMESTAMP_OFFSET)) < 0 ||
+        put_i64(&m[M_PRODUCER_ID], get64(b + PRODUCER_ID_OFFSET)) < 0 ||
+        put_i16(&m[M_PRODUCER_EPOCH], get16(b + PRODUCER_EPOCH_OFFSET)) < 0 ||
+        put_i32(&m[M_BASE_SEQUENCE], get32(b + BASE_SEQUENCE_OFFSET)) < 0 ||
+        put_i64(&m[M_FIRST_ROW], first_row) < 0)
+        return -1;
+    /* At most the batch's record count, an int32. */
+    return put_i32(&m[M_ROWS], (int32_t)(o->rows - first_row));
+}
+
 /* The offset bound `obj` (None: unbounded). 0, or -1 with a Python error. */
 static int offset_bound(PyObject *obj, int *has, int64_t *value) {
     *has = obj != Py_None;
@@ -303,6 +335,12 @@ static int init_out(out_t *o, PyObject *columns) {
             g->data = PyByteArray_AS_STRING(g->obj);
         }
     }
+    for (int i = 0; i < N_META; i++) {
+        growbuf_t *g = &o->meta[i];
+        g->obj = PyByteArray_FromStringAndSize(NULL, 0);
+        if (g->obj == NULL) return -1;
+        g->data = PyByteArray_AS_STRING(g->obj);
+    }
     /* Offsets buffers hold rows + 1 entries: the first is 0. */
     static const int first_offsets[] = {B_KEY_OFFSETS, B_VALUE_OFFSETS, B_HEADER_LISTS,
                                         B_HEADER_KEY_OFFSETS, B_HEADER_VALUE_OFFSETS};
@@ -315,12 +353,20 @@ static int init_out(out_t *o, PyObject *columns) {
 
 static void free_out(out_t *o) {
     for (int i = 0; i < N_BUFFERS; i++) Py_CLEAR(o->b[i].obj);
+    for (int i = 0; i < N_META; i++) Py_CLEAR(o->meta[i].obj);
 }
 
-/* The (rows, batches, position, problem, buffers, null_counts) tuple; consumes problem. */
+/* The (rows, batches, position, problem, buffers, null_counts, batch_buffers) tuple; consumes
+ * problem. */
 static PyObject *result(out_t *o, Py_ssize_t batches, Py_ssize_t position, PyObject *problem) {
-    PyObject *buffers = PyDict_New(), *nulls = PyDict_New();
-    if (buffers == NULL || nulls == NULL) goto fail;
+    PyObject *buffers = PyDict_New(), *nulls = PyDict_New(), *table = PyDict_New();
+    if (buffers == NULL || nulls == NULL || table == NULL) goto fail;
+    for (int i = 0; i < N_META; i++) {
+        growbuf_t *g = &o->meta[i];
+        if (PyByteArray_Resize(g->obj, g->len) < 0 ||
+            PyDict_SetItemString(table, meta_names[i], g->obj) < 0)
+            goto fail;
+    }
     for (int c = 0; c < N_COLUMNS; c++) {
         if (!o->want[c]) continue;
         PyObject *items = PyTuple_New(0);
@@ -356,11 +402,12 @@ static PyObject *result(out_t *o, Py_ssize_t batches, Py_ssize_t position, PyObj
         Py_DECREF(value);
         if (failed < 0) goto fail;
     }
-    return Py_BuildValue("(nnnNNN)", o->rows, batches, position,
-                         problem != NULL ? problem : Py_NewRef(Py_None), buffers, nulls);
+    return Py_BuildValue("(nnnNNNN)", o->rows, batches, position,
+                         problem != NULL ? problem : Py_NewRef(Py_None), buffers, nulls, table);
 fail:
     Py_XDECREF(buffers);
     Py_XDECREF(nulls);
+    Py_XDECREF(table);
     Py_XDECREF(problem);
     return NULL;
 }
@@ -414,6 +461,7 @@ PyObject *storagecore_decode_columns(PyObject *self, PyObject *args) {
         int outside = (batch.has_min && last_offset < batch.min_offset) ||
                       (batch.has_max && base_offset >= batch.max_offset);
         int is_control = (attributes & CONTROL_FLAG_MASK) != 0;
+        Py_ssize_t first_row = o.rows;
         if (!outside) {
             int8_t magic = (int8_t)b[MAGIC_OFFSET];
             uint32_t stored = (uint32_t)get32(b + CRC_OFFSET);
@@ -478,6 +526,7 @@ PyObject *storagecore_decode_columns(PyObject *self, PyObject *args) {
                 break;
             }
         }
+        if (put_batch(&o, position, b, first_row) < 0) goto done;
         batches++;
         position += size;
     }

@@ -21,15 +21,18 @@ from typing import Final
 
 from storagecore.records import layout
 from storagecore.records._scan_py import _FramingError, _skip, _varint, _varlong
-from storagecore.records.columns_types import COLUMN_NAMES, Buffer, Decompress
+from storagecore.records.columns_types import BATCH_COLUMNS, COLUMN_NAMES, Buffer, Decompress
 from storagecore.records.crc import crc32c
 
 _PREFIX: Final = struct.Struct(">qi")  # base_offset, batch_length
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _INT32_MAX: Final = 2**31 - 1
 
-#: Raw result: rows, batches, position, problem, buffers, null counts (DecodedColumns' order).
-RawColumns = tuple[int, int, int, str | None, dict[str, tuple[Buffer, ...]], dict[str, int]]
+#: Raw result: rows, batches, position, problem, buffers, null counts, batch buffers
+#: (DecodedColumns' order).
+RawColumns = tuple[
+    int, int, int, str | None, dict[str, tuple[Buffer, ...]], dict[str, int], dict[str, Buffer]
+]
 
 # One decoded record: offset, timestamp, key, value, headers (key bytes, value).
 _Row = tuple[int, int, bytes | None, bytes | None, list[tuple[bytes, bytes | None]]]
@@ -64,6 +67,7 @@ def decode_columns(  # noqa: PLR0917 - the C function's positional signature
     if not 0 <= position <= end <= len(view):
         raise ValueError(f"region of {len(view)} bytes cannot hold [{position}, {end})")
     out = _Builder(wanted)
+    table: dict[str, array[int]] = {name: array(code) for name, code in BATCH_COLUMNS}
     batches = 0
     problem: str | None = None
     while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
@@ -95,6 +99,7 @@ def decode_columns(  # noqa: PLR0917 - the C function's positional signature
             max_offset is not None and base_offset >= max_offset
         )
         is_control = bool(attributes & layout.CONTROL_FLAG_MASK)
+        first_row = out.rows
         if not outside:
             try:
                 _validate(view, position, size, header)
@@ -119,9 +124,27 @@ def decode_columns(  # noqa: PLR0917 - the C function's positional signature
             except _BatchProblemError as exc:
                 problem = f"batch at position {position}, offset {base_offset}: {exc}"
                 break
+        entry = {
+            "position": position,
+            "base_offset": base_offset,
+            "last_offset_delta": last_delta,
+            "partition_leader_epoch": header[2],
+            "attributes": attributes,
+            "max_timestamp": max_timestamp,
+            "producer_id": header[9],
+            "producer_epoch": header[10],
+            "base_sequence": header[11],
+            "first_row": first_row,
+            "rows": out.rows - first_row,
+        }
+        for name, value in entry.items():
+            table[name].append(value)
         batches += 1
         position += size
-    return out.rows, batches, position, problem, out.buffers(), out.null_counts()
+    batch_buffers: dict[str, Buffer] = {
+        name: _little_endian(column) for name, column in table.items()
+    }
+    return out.rows, batches, position, problem, out.buffers(), out.null_counts(), batch_buffers
 
 
 def _validate(view: memoryview, position: int, size: int, header: tuple[int, ...]) -> None:

@@ -266,7 +266,8 @@ static PyMethodDef methods[] = {
      "Whole-request validation of uncompressed batches; None means: use the Python path."},
     {"decode_columns", storagecore_decode_columns, METH_VARARGS,
      "decode_columns(region, position, end, columns, min_offset, max_offset, include_control, "
-     "max_output_bytes, decompress) -> (rows, batches, position, problem, buffers, null_counts)"},
+     "max_output_bytes, decompress) -> (rows, batches, position, problem, buffers, null_counts, "
+     "batch_buffers)"},
     {NULL, NULL, 0, NULL},
 };
 

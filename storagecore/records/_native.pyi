@@ -67,5 +67,14 @@ def decode_columns(
     max_output_bytes: int,
     decompress: Decompress,
     /,
-) -> tuple[int, int, int, str | None, dict[str, tuple[bytes | bytearray, ...]], dict[str, int]]:
-    """(rows, batches, position, problem, buffers, null_counts): see columns_types.py."""
+) -> tuple[
+    int,
+    int,
+    int,
+    str | None,
+    dict[str, tuple[bytes | bytearray, ...]],
+    dict[str, int],
+    dict[str, bytes | bytearray],
+]:
+    """(rows, batches, position, problem, buffers, null_counts, batch_buffers): see
+    columns_types.py."""

@@ -26,6 +26,9 @@ Choices a caller should know:
 * **Offset range**: with ``min_offset`` / ``max_offset`` only records with an offset in
   ``[min_offset, max_offset)`` become rows; batches entirely outside the range are skipped
   after their framing is read, without a CRC check or decompression.
+* **Batch table**: beside the columns, every walked batch gets an entry in
+  ``batch_buffers`` (position, header fields, and which rows came from it), so that a reader
+  can, say, drop the rows of aborted transactions by producer id without another walk.
 * **Compressed batches** are decompressed once per batch through :mod:`.codecs` (the only
   crossing into Python, once per compressed batch), bounded by ``max_output_bytes``.
 """
@@ -40,6 +43,7 @@ from storagecore.native import load_extension
 from storagecore.records import _columns_py
 from storagecore.records.codecs import DEFAULT_MAX_OUTPUT_BYTES, Compression, decompress
 from storagecore.records.columns_types import (
+    BATCH_COLUMNS,
     COLUMN_NAMES,
     Buffer,
     DecodedColumns,
@@ -111,6 +115,7 @@ def decode_columns(
 
 
 __all__ = [
+    "BATCH_COLUMNS",
     "COLUMN_NAMES",
     "IMPLEMENTATION",
     "Buffer",

@@ -10,6 +10,24 @@ from storagecore.errors import CorruptRecordError
 #: Every column the decoder can build, in the order of Spark's Kafka source schema.
 COLUMN_NAMES: Final = ("key", "value", "offset", "timestamp", "timestamp_type", "headers")
 
+#: The per-batch table (one entry per batch walked), name and struct type code of each column.
+#: Header fields as stored, plus where the batch's rows are: rows first_row .. first_row + rows
+#: of the columns came from it (rows 0: skipped, or no record in the offset range). With the
+#: producer fields a reader can drop the rows of aborted transactions (read_committed).
+BATCH_COLUMNS: Final = (
+    ("position", "q"),
+    ("base_offset", "q"),
+    ("last_offset_delta", "i"),
+    ("partition_leader_epoch", "i"),
+    ("attributes", "h"),
+    ("max_timestamp", "q"),
+    ("producer_id", "q"),
+    ("producer_epoch", "h"),
+    ("base_sequence", "i"),
+    ("first_row", "q"),
+    ("rows", "i"),
+)
+
 #: A buffer of a decoded column: the C decoder returns bytearrays, the reference bytes.
 Buffer = bytes | bytearray
 
@@ -34,6 +52,8 @@ class DecodedColumns(NamedTuple):
       and struct without validity (never null), header keys never null.
 
     ``null_counts`` has ``key``, ``value`` and ``headers.value`` for the columns requested.
+    ``batch_buffers`` is the per-batch table, always built (it costs a few bytes per batch):
+    one little-endian buffer per :data:`BATCH_COLUMNS` entry, ``batches`` items each.
     """
 
     #: Records decoded (rows of every column).
@@ -48,6 +68,7 @@ class DecodedColumns(NamedTuple):
     problem: str | None
     buffers: dict[str, tuple[Buffer, ...]]
     null_counts: dict[str, int]
+    batch_buffers: dict[str, Buffer]
 
     def check(self) -> DecodedColumns:
         """Self, or :class:`CorruptRecordError` with the problem."""

@@ -34,8 +34,9 @@ from storagecore import (
     build_control_batch,
 )
 from storagecore.records import _columns_py, columns, layout
-from storagecore.records.batch import build_empty_batch
+from storagecore.records.batch import build_empty_batch, iter_complete_batches
 from storagecore.records.columns import COLUMN_NAMES, DecodedColumns, decode_columns
+from storagecore.records.columns_types import BATCH_COLUMNS
 from storagecore.records.crc import crc32c
 from storagecore.records.varint import encode_varint, encode_varlong
 
@@ -97,6 +98,19 @@ def assert_same(got: DecodedColumns, expected: DecodedColumns) -> None:
     assert list(got.buffers) == list(expected.buffers)
     for name, buffers in expected.buffers.items():
         assert [bytes(b) for b in got.buffers[name]] == [bytes(b) for b in buffers], name
+    assert list(got.batch_buffers) == [name for name, _ in BATCH_COLUMNS]
+    for name, buffer in expected.batch_buffers.items():
+        assert bytes(got.batch_buffers[name]) == bytes(buffer), name
+
+
+def batch_table(decoded: DecodedColumns) -> list[dict[str, int]]:
+    """The per-batch table as rows (struct type codes of BATCH_COLUMNS, little-endian)."""
+    fields = {
+        name: [v for (v,) in struct.iter_unpack("<" + code, decoded.batch_buffers[name])]
+        for name, code in BATCH_COLUMNS
+    }
+    assert all(len(values) == decoded.batches for values in fields.values())
+    return [{name: fields[name][i] for name in fields} for i in range(decoded.batches)]
 
 
 # -- Arrow --------------------------------------------------------------------------------------
@@ -294,6 +308,26 @@ def test_generated_logs_decode_as_the_model(
     assert decoded.batches == len(specs)
     expected = model(region, len(prefix), len(region), include_control=include_control)
     assert_matches_model(decoded, expected)
+    table = batch_table(decoded)
+    first_row = 0
+    for entry, (position, batch) in zip(
+        table, iter_complete_batches(region[len(prefix) : decoded.position]), strict=True
+    ):
+        assert entry == {
+            "position": len(prefix) + position,
+            "base_offset": batch.base_offset,
+            "last_offset_delta": batch.last_offset_delta,
+            "partition_leader_epoch": batch.partition_leader_epoch,
+            "attributes": batch.attributes,
+            "max_timestamp": batch.max_timestamp,
+            "producer_id": batch.producer_id,
+            "producer_epoch": batch.producer_epoch,
+            "base_sequence": batch.base_sequence,
+            "first_row": first_row,
+            "rows": 0 if batch.is_control and not include_control else batch.records_count,
+        }
+        first_row += entry["rows"]
+    assert first_row == decoded.rows
 
 
 @given(
