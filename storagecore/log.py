@@ -401,16 +401,7 @@ class Log:
                 best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
             ):
                 best = segment
-        if best is None:
-            return None
-        target = best.max_timestamp_so_far
-        position = best.offset_index.lookup(best.offset_of_max_timestamp_so_far).position
-        for _, batch in best.log.batches(position):
-            if batch.max_timestamp == target:
-                for record in batch.records():
-                    if record.timestamp == target and record.offset >= self._log_start_offset:
-                        return TimestampOffset(record.timestamp, record.offset)
-        return None
+        return None if best is None else best.find_max_timestamp(self._log_start_offset)
 
     # -- log start offset and segment deletion -------------------------------------------------
     def maybe_increment_log_start_offset(self, new_log_start_offset: int, reason: str) -> bool:

@@ -314,6 +314,18 @@ class LogSegment:
                         return TimestampOffset(record.timestamp, record.offset)
         return None
 
+    def find_max_timestamp(self, starting_offset: int) -> TimestampOffset | None:
+        """The first record at or after ``starting_offset`` that has the segment's largest
+        timestamp (Kafka's ``readMaxTimestampAndOffsetSoFar``, at record precision)."""
+        target = self.max_timestamp_so_far
+        position = self.offset_index.lookup(self.offset_of_max_timestamp_so_far).position
+        for _, batch in self.log.batches(position):
+            if batch.max_timestamp == target:
+                for record in batch.records():
+                    if record.timestamp == target and record.offset >= starting_offset:
+                        return TimestampOffset(record.timestamp, record.offset)
+        return None
+
     # -- roll --------------------------------------------------------------------------------
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         self._load_first_batch_timestamp()
