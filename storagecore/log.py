@@ -516,7 +516,8 @@ class Log:
                 local.roll(None)
                 doomed = [s for s in doomed if s is not local.active_segment]
             doomed_ids = {id(s) for s in doomed}
-            first_survivor = next(s for s in local.segments if id(s) not in doomed_ids)
+            first_survivor = next((s for s in local.segments if id(s) not in doomed_ids), None)
+            assert first_survivor is not None, f"{self.tp}: deleting every segment"
             # 2.
             self.maybe_increment_log_start_offset(
                 first_survivor.base_offset, reason if isinstance(reason, str) else "retention"
