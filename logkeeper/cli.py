@@ -519,7 +519,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_dump_log(args: argparse.Namespace) -> int:
-    from storagecore.dump import dump_file
+    from storagecore.tools.dump import dump_file
 
     for path in args.paths:
         for line in dump_file(path, records=args.records):
@@ -528,7 +528,7 @@ def cmd_dump_log(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from storagecore.verify import verify_log_dir
+    from storagecore.tools.verify import verify_log_dir
 
     ok = True
     reports = []

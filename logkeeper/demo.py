@@ -35,7 +35,7 @@ from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.clock import ScaledClock
 from storagecore.config import CleanerConfig
 from storagecore.partitioner import partition_for_key
-from storagecore.verify import verify_log_dir
+from storagecore.tools.verify import verify_log_dir
 from storageworker.http import AdminServer
 from storageworker.status import volume_status
 from storageworker.worker import Worker

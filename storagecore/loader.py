@@ -1,14 +1,16 @@
 """Load one partition directory, finishing or undoing interrupted operations (Kafka's LogLoader).
 
-The passes, in order; each mirrors a step of a multi-step protocol elsewhere:
+The passes, in order; each mirrors a step of a multi-step protocol of :mod:`storagecore.local_log`:
 
 1. **Temporary files.** Delete ``*.deleted`` (segment deletion, step 4 of
-   :meth:`Log.delete_segments`, and the old segments of a finished swap). Delete every
-   ``*.cleaned`` (a clean or split that never reached its swap step). A ``*.swap`` whose base
-   offset is >= the smallest ``.cleaned`` offset belongs to a swap that had not finished
-   renaming ``.cleaned`` → ``.swap`` (renames go in descending offset order): delete it too.
-2. **Interrupted swaps.** The remaining ``.swap`` files are complete replacements: delete the
-   non-swap segment files whose offsets fall in the swapped range, then strip ``.swap``.
+   :meth:`LocalLog.remove_and_delete_segments`, and the old segments of a swap, step 3 of
+   :meth:`LocalLog.swap`). Delete every ``*.cleaned`` (a clean, split or bulk append that never
+   reached its swap). A ``*.swap`` whose base offset is >= the smallest ``.cleaned`` offset
+   belongs to a swap that had not finished its step 1, renaming ``.cleaned`` → ``.swap``
+   (renames go in descending offset order): delete it too.
+2. **Interrupted swaps.** The remaining ``.swap`` files are complete replacements (the swap was
+   past its step 1): delete the non-swap segment files whose offsets fall in the swapped range,
+   then strip ``.swap`` (what the swap's steps 3 and 4 would have done).
 3. **Segments.** Delete index files without a ``.log`` (orphans). Open every segment. A missing
    ``.index`` or ``.timeindex``, an index that fails its sanity check, or a tail that is not a
    complete, valid batch is recovered from the log (with a warning). Kafka rebuilds only a missing

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,7 +19,12 @@ from storagecore.errors import CorruptRecordError, SegmentOffsetOverflowError
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
-from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
+from storagecore.records.layout import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    INT32_MAX,
+    NO_TIMESTAMP,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -282,6 +288,19 @@ class LogSegment:
             next_offset = header.next_offset
             position += header.size_bytes
 
+    def header_batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        """Batches from the one holding ``from_offset``: header-only views, except control
+        batches, which are read whole (their record says COMMIT or ABORT)."""
+        start = self.translate_offset(from_offset) if from_offset > self.base_offset else None
+        position = start.position if start is not None else 0
+        for header, view in self.log.header_views(position):
+            if view[ATTRIBUTES_OFFSET + 1] & CONTROL_FLAG_MASK:
+                batch = RecordBatch(self.log.read(header.position, header.size_bytes))
+                batch.validate()
+                yield batch
+            else:
+                yield RecordBatch(view)
+
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int
     ) -> TimestampOffset | None:
@@ -292,6 +311,18 @@ class LogSegment:
             if batch.max_timestamp >= timestamp:
                 for record in batch.records():
                     if record.timestamp >= timestamp and record.offset >= starting_offset:
+                        return TimestampOffset(record.timestamp, record.offset)
+        return None
+
+    def find_max_timestamp(self, starting_offset: int) -> TimestampOffset | None:
+        """The first record at or after ``starting_offset`` that has the segment's largest
+        timestamp (Kafka's ``readMaxTimestampAndOffsetSoFar``, at record precision)."""
+        target = self.max_timestamp_so_far
+        position = self.offset_index.lookup(self.offset_of_max_timestamp_so_far).position
+        for _, batch in self.log.batches(position):
+            if batch.max_timestamp == target:
+                for record in batch.records():
+                    if record.timestamp == target and record.offset >= starting_offset:
                         return TimestampOffset(record.timestamp, record.offset)
         return None
 

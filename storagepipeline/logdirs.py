@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import shutil
-import struct
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,16 +31,13 @@ from typing import Final
 
 from storagecore import TopicPartition, pins
 from storagecore import files as core_files
-from storagecore.checkpoints import OffsetCheckpointFile
-from storagecore.errors import ConfigError, CorruptCheckpointError, CorruptRecordError
+from storagecore.errors import ConfigError, CorruptRecordError
+from storagecore.log_dir_view import index_position, log_files
+from storagecore.log_dir_view import log_start_offset as read_log_start_offset
 from storagecore.records.file_records import FileRecords
 
 logger = logging.getLogger(__name__)
 
-# Kafka's .index entry: relative offset int32, position int32; .timeindex: timestamp int64,
-# relative offset int32 (storagecore.index owns the writable classes; these only read).
-_OFFSET_ENTRY: Final = struct.Struct(">ii")
-_TIME_ENTRY: Final = struct.Struct(">qi")
 #: How long a planner waits for a worker's segment swap (``.swap`` files present) to finish.
 _SWAP_WAIT_S: Final = 5.0
 _SWAP_POLL_S: Final = 0.02
@@ -257,29 +253,10 @@ def _list_logs(directory: Path) -> list[tuple[int, Path]]:
                     directory,
                     _SWAP_WAIT_S,
                 )
-            return sorted(
-                (core_files.offset_from_file_name(name), directory / name)
-                for name in names
-                if core_files.is_segment_file_name(name) and name.endswith(core_files.LOG_SUFFIX)
-            )
+            return log_files(directory, names)
         # The worker is between steps 1 and 4 of its swap (milliseconds): the replaced range
         # is briefly covered only by .swap files. Wait for the final names.
         time.sleep(_SWAP_POLL_S)
-
-
-def read_log_start_offset(directory: Path) -> int:
-    """The partition's log start offset from its data dir's checkpoint (0 if absent/unreadable)."""
-    path = directory.parent / core_files.LOG_START_OFFSET_CHECKPOINT
-    try:
-        offsets = OffsetCheckpointFile(path).read()
-    except (OSError, CorruptCheckpointError) as exc:
-        logger.warning("%s: unreadable (%s); taking log start offsets from the segments", path, exc)
-        return 0
-    try:
-        tp = core_files.parse_partition_dir_name(directory.name)
-    except ConfigError:
-        return 0
-    return offsets.get(tp, 0)
 
 
 _PINNED_LOG_START: Final = "log-start-offset"
@@ -306,49 +283,6 @@ def open_pinned(ref: SegmentRef) -> FileRecords | None:
             return records
         records.close()
     return None
-
-
-def index_position(log_path: Path, base_offset: int, target_offset: int, size_bytes: int) -> int:
-    """A byte position at or before the batch holding ``target_offset``, from the ``.index``.
-
-    The index is only a hint: an active segment's file is preallocated with zero entries, and a
-    damaged one may hold anything, so the walk stops at the first entry that does not increase
-    or points outside the planned bytes (falling back to an earlier entry or position 0).
-    """
-    index_path = log_path.with_name(log_path.name[: -len(core_files.LOG_SUFFIX)] + ".index")
-    try:
-        data = index_path.read_bytes()
-    except OSError:
-        return 0
-    position = 0
-    last_relative = -1
-    last_position = -1
-    for relative, entry_position in _OFFSET_ENTRY.iter_unpack(
-        data[: len(data) - len(data) % _OFFSET_ENTRY.size]
-    ):
-        if relative <= last_relative or entry_position <= last_position:
-            break
-        if entry_position >= size_bytes or base_offset + relative > target_offset:
-            break
-        position, last_relative, last_position = entry_position, relative, entry_position
-    return position
-
-
-def max_timestamp_hint(log_path: Path) -> int | None:
-    """The largest timestamp in a sealed segment's ``.timeindex`` (last valid entry) or None."""
-    index_path = log_path.with_name(log_path.name[: -len(core_files.LOG_SUFFIX)] + ".timeindex")
-    try:
-        data = index_path.read_bytes()
-    except OSError:
-        return None
-    best: int | None = None
-    for timestamp, _relative in _TIME_ENTRY.iter_unpack(
-        data[: len(data) - len(data) % _TIME_ENTRY.size]
-    ):
-        if best is not None and timestamp < best:
-            break
-        best = timestamp
-    return best
 
 
 def _end_offset(records: FileRecords, base_offset: int) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from storagecore import TopicPartition, pins
+from storagecore.log_dir_view import max_timestamp_hint
 from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
@@ -21,7 +22,6 @@ from storagepipeline.logdirs import (
     PipelineError,
     SegmentRef,
     clip,
-    max_timestamp_hint,
     partition_dirs,
     select_partitions,
     snapshot_partition,

@@ -19,6 +19,7 @@ from typing import Any
 
 from storagecore import Record, RecordBatch, durability
 from storagecore.errors import CorruptRecordError
+from storagecore.log_dir_view import index_position
 from storagecore.records.file_records import FileRecords
 from storagepipeline.logdirs import (
     CorruptDataError,
@@ -26,7 +27,6 @@ from storagepipeline.logdirs import (
     PipelineError,
     SegmentRef,
     current_refs,
-    index_position,
     open_pinned,
 )
 

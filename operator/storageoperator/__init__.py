@@ -7,7 +7,8 @@ storagecore's config rules), pure functions from resources to child manifests
 (:mod:`storageoperator.handlers`).
 
 What must not: storage work (the worker does it), imports of storagecore beyond
-``storagecore.config`` (import-linter enforces DESIGN's direction), or of the worker and the
-pipeline. The import name is ``storageoperator``; the folder ``operator/`` has no
-``__init__.py`` (a package named ``operator`` would shadow the standard library).
+``storagecore.config`` and ``storagecore.errors`` (an allow-list that import-linter enforces:
+``.importlinter``, contract ``operator-is-an-app``), or of the worker and the pipeline. The
+import name is ``storageoperator``; the folder ``operator/`` has no ``__init__.py`` (a package
+named ``operator`` would shadow the standard library).
 """

@@ -10,7 +10,7 @@ import pytest
 
 from storagecore import Log, LogConfig, ManualClock, durability
 from storagecore.errors import RecordTooLargeError
-from storagecore.verify import verify_log_dir
+from storagecore.tools.verify import verify_log_dir
 from tests.conftest import START_MS, batch
 from tests.integration.storagecore.test_replace_segments import Crash, CrashingRename, names
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from storagecore import LogManager, NewRecord, TopicPartition, build_batch
-from storagecore.verify import verify_log_dir
+from storagecore.tools.verify import verify_log_dir
 from tests.integration.storagecore.helpers.cleaner_process import CONFIG
 from tests.integration.storagecore.helpers.processes import run_and_kill
 

@@ -13,7 +13,7 @@ import pytest
 
 from storagecore import Log, LogConfig, LogManager, ManualClock, durability, files, pins
 from storagecore.config import TopicPartition
-from storagecore.verify import verify_log_dir
+from storagecore.tools.verify import verify_log_dir
 from tests.conftest import START_MS, batch
 from tests.integration.storagecore.helpers.cleaning import cleaned_copy
 from tests.integration.storagecore.test_replace_segments import Crash, CrashingRename

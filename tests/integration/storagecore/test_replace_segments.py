@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from storagecore import Log, LogConfig, ManualClock, durability, files
-from storagecore.verify import verify_log_dir
+from storagecore.tools.verify import verify_log_dir
 from tests.conftest import START_MS, batch
 from tests.integration.storagecore.helpers.cleaning import cleaned_copy, offsets_after_swap
 

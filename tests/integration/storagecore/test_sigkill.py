@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from storagecore import LogManager, TopicPartition
-from storagecore.verify import verify_log_dir
+from storagecore.tools.verify import verify_log_dir
 from tests.conftest import batch
 from tests.integration.storagecore.helpers.processes import run_and_kill
 

@@ -35,7 +35,7 @@ from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.config import CleanerConfig
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
-from storagecore.verify import verify_log_dir
+from storagecore.tools.verify import verify_log_dir
 from tests.conftest import START_MS
 
 COMPACT = LogConfig(

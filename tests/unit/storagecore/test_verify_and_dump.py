@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from storagecore import LogConfig, LogManager, ManualClock, TopicPartition
-from storagecore.dump import dump_file
-from storagecore.verify import verify_log_dir
+from storagecore.tools.dump import dump_file
+from storagecore.tools.verify import verify_log_dir
 from tests.conftest import batch
 
 

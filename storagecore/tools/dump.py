@@ -10,20 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from storagecore import files
-from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore import files, log_dir_view
 from storagecore.errors import StorageError
-from storagecore.index.offset_index import ENTRY as OFFSET_ENTRY
-from storagecore.index.time_index import ENTRY as TIME_ENTRY
 from storagecore.records import layout
 from storagecore.records.batch import ControlType, Record, RecordBatch
 from storagecore.records.file_records import FileRecords
-
-_CHECKPOINT_NAMES = (
-    files.RECOVERY_POINT_CHECKPOINT,
-    files.LOG_START_OFFSET_CHECKPOINT,
-    files.CLEANER_OFFSET_CHECKPOINT,
-)
 
 
 def dump_file(path: Path, *, records: bool = False, max_bytes: int = 1 << 62) -> Iterator[str]:
@@ -33,14 +24,14 @@ def dump_file(path: Path, *, records: bool = False, max_bytes: int = 1 << 62) ->
         yield from _dump_log(path, records=records, max_bytes=max_bytes)
     elif name.endswith(files.INDEX_SUFFIX):
         base = files.offset_from_file_name(name)
-        for relative, position in OFFSET_ENTRY.iter_unpack(_whole_entries(path, OFFSET_ENTRY.size)):
-            yield f"offset: {base + relative} position: {position}"
+        for offset, position in log_dir_view.offset_index_entries(path, base):
+            yield f"offset: {offset} position: {position}"
     elif name.endswith(files.TIME_INDEX_SUFFIX):
         base = files.offset_from_file_name(name)
-        for timestamp, relative in TIME_ENTRY.iter_unpack(_whole_entries(path, TIME_ENTRY.size)):
-            yield f"timestamp: {timestamp} offset: {base + relative}"
-    elif name in _CHECKPOINT_NAMES:
-        offsets = OffsetCheckpointFile(path).read()
+        for timestamp, offset in log_dir_view.time_index_entries(path, base):
+            yield f"timestamp: {timestamp} offset: {offset}"
+    elif name in log_dir_view.CHECKPOINT_FILES:
+        offsets = log_dir_view.read_checkpoint(path)
         yield "version: 0"
         yield f"entries: {len(offsets)}"
         for tp, offset in sorted(offsets.items()):
@@ -52,11 +43,6 @@ def dump_file(path: Path, *, records: bool = False, max_bytes: int = 1 << 62) ->
             f"{path}: don't know how to dump this file (expected .log, .index, .timeindex or a "
             "checkpoint file)"
         )
-
-
-def _whole_entries(path: Path, entry_size: int) -> bytes:
-    data = path.read_bytes()
-    return data[: len(data) - len(data) % entry_size]
 
 
 def _dump_log(path: Path, *, records: bool, max_bytes: int) -> Iterator[str]:

@@ -16,13 +16,10 @@ reported as warnings.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 import struct
 from pathlib import Path
 
-from storagecore import files
-from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore import files, log_dir_view
 from storagecore.config import TopicPartition
 from storagecore.errors import ConfigError, CorruptCheckpointError, CorruptRecordError, StorageError
 from storagecore.index.offset_index import ENTRY as OFFSET_ENTRY
@@ -87,7 +84,7 @@ def verify_log_dir(root: Path) -> VerifyReport:
             partition_dirs, root_dir = [root], None
         except ConfigError:
             pass
-    live = _in_use(root_dir if root_dir is not None else root.parent)
+    live = log_dir_view.in_use(root_dir if root_dir is not None else root.parent)
     if live:
         report.warning(root, "in use by another process: the active segments may be mid-write")
     ends: dict[TopicPartition, tuple[int, int]] = {}
@@ -128,16 +125,12 @@ def _verify_root(
         report.warning(
             root, "no .kafka_cleanshutdown marker: the next load recovers from the recovery points"
         )
-    for name in (
-        files.RECOVERY_POINT_CHECKPOINT,
-        files.LOG_START_OFFSET_CHECKPOINT,
-        files.CLEANER_OFFSET_CHECKPOINT,
-    ):
+    for name in log_dir_view.CHECKPOINT_FILES:
         path = root / name
         if not path.exists():
             continue
         try:
-            offsets = OffsetCheckpointFile(path).read()
+            offsets = log_dir_view.read_checkpoint(path)
         except CorruptCheckpointError as exc:
             report.error(path, str(exc))
             continue
@@ -154,41 +147,19 @@ def _verify_root(
                 )
 
 
-def _in_use(log_dir: Path) -> bool:
-    """Whether another process holds the log dir's lock (read-only probe: nothing is created)."""
-    try:
-        fd = os.open(log_dir / files.LOCK_FILE, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases a lock we may have taken
-    return False
-
-
 def _verify_partition(
     directory: Path, tp: TopicPartition, report: VerifyReport, live: bool
 ) -> PartitionSummary:
     summary = PartitionSummary(tp)
     names = sorted(p.name for p in directory.iterdir() if p.is_file())
+    temporary = set(log_dir_view.temporary_file_names(names))
+    orphans = set(log_dir_view.orphan_index_names(names))
     for name in names:
-        if name.endswith((files.CLEANED_SUFFIX, files.SWAP_SUFFIX, files.DELETED_SUFFIX)):
+        if name in temporary:
             report.warning(directory / name, "temporary file left by an interrupted operation")
-        elif (
-            files.is_segment_file_name(name)
-            and name.endswith(files.INDEX_SUFFIXES)
-            and files.filename_prefix(files.offset_from_file_name(name)) + files.LOG_SUFFIX
-            not in names
-        ):
+        elif name in orphans:
             report.warning(directory / name, "index file without a .log segment")
-    bases = sorted(
-        files.offset_from_file_name(n)
-        for n in names
-        if files.is_segment_file_name(n) and n.endswith(files.LOG_SUFFIX)
-    )
+    bases = log_dir_view.segment_bases(names)
     expected = None
     for base in bases:
         path = files.log_file(directory, base)
@@ -269,11 +240,10 @@ def _read_entries(
     if not path.exists():
         report.warning(path, "missing; the loader rebuilds it")
         return None
-    data = path.read_bytes()
-    if len(data) % entry.size:
-        report.error(path, f"length {len(data)} is not a multiple of {entry.size}")
-        data = data[: len(data) - len(data) % entry.size]
-    entries = [tuple(e) for e in entry.iter_unpack(data)]
+    entries, trailing = log_dir_view.index_entries(path, entry)
+    if trailing:
+        length = len(entries) * entry.size + trailing
+        report.error(path, f"length {length} is not a multiple of {entry.size}")
     # An index preallocated for an active segment and never trimmed (an unclean shutdown, or a
     # live segment) ends in all-zero entries; no valid entry after the first can be all zero.
     for n, values in enumerate(entries[1:], start=1):

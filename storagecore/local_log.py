@@ -1,0 +1,479 @@
+"""The segments of one partition directory and the protocols that change its files (Kafka's
+LocalLog).
+
+:class:`LocalLog` keeps the segment list, the recovery point and the segments waiting for their
+files to be unlinked; it rolls, flushes, deletes and swaps segments. Every multi-step change of
+the directory is written here once, as a numbered docstring on the method that runs it, and
+mirrored by the loader's passes (:mod:`storagecore.loader`): rolling (:meth:`LocalLog.roll`),
+segment deletion (:meth:`LocalLog.remove_and_delete_segments`, steps 3-5 of
+:meth:`storagecore.log.Log.delete_segments`) and the swap (:meth:`LocalLog.swap`, written once,
+run by both :meth:`LocalLog.replace_segments`, the cleaner's, and :meth:`LocalLog.bulk_append`).
+It also turns an I/O error into an offline log (Kafka's ``maybeHandleIOException``).
+
+What must not be here: offsets that the log's users see (the log start offset, producer state,
+record validation and offset assignment, reads, retention). Those are
+:class:`storagecore.log.Log`'s (Kafka's UnifiedLog), which owns a LocalLog. Not thread-safe by
+itself: callers hold the owning Log's lock.
+
+Invariants (DESIGN.md 1 and 3):
+* segments are sorted by base offset, contiguous in offsets, and the last one is the only one
+  that is appended to;
+* ``recovery_point <= log_end_offset``, and every offset below the recovery point is fsynced;
+* a deleted or replaced segment leaves the segment list before its files are renamed to
+  ``.deleted``, so it is never served again, and its files are unlinked only after
+  ``file.delete.delay.ms``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import logging
+import random
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from storagecore import durability, files
+from storagecore.clock import Clock
+from storagecore.config import LogConfig, TopicPartition
+from storagecore.errors import LogDirOfflineError, RecordTooLargeError
+from storagecore.records import layout
+from storagecore.records.batch import RecordBatch
+from storagecore.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+_BASE_OFFSET = struct.Struct(">q")  # the first field of a batch, outside its CRC
+
+IoErrorCallback = Callable[[Path, OSError], None]
+
+
+class BulkWrite(NamedTuple):
+    """What :meth:`LocalLog.bulk_append` appended."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    record_count: int
+    size_bytes: int
+    segment_count: int
+
+
+@dataclasses.dataclass(slots=True)
+class _PendingDelete:
+    due_ms: int
+    segment: LogSegment
+
+
+class LocalLog:
+    def __init__(  # noqa: PLR0917 - built by Log only
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        config: LogConfig,
+        clock: Clock,
+        segments: Sequence[LogSegment],
+        recovery_point: int,
+        on_io_error: IoErrorCallback | None = None,
+    ) -> None:
+        assert segments, f"{tp}: a log has at least one segment"
+        self.directory = directory
+        self.tp = tp
+        self.config = config
+        self.clock = clock
+        #: The live list, sorted by base offset; :attr:`bases` follows it.
+        self.segments: list[LogSegment] = sorted(segments, key=lambda s: s.base_offset)
+        self.bases: list[int] = [s.base_offset for s in self.segments]
+        self.recovery_point = recovery_point
+        self.last_flush_ms = clock.milliseconds()
+        self._pending_deletes: list[_PendingDelete] = []
+        self._on_io_error = on_io_error
+        self.offline = False
+        self.closed = False
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.segments[-1].next_offset()
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+    @property
+    def pending_deletes(self) -> int:
+        return len(self._pending_deletes)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    def floor_index(self, offset: int) -> int:
+        """Position in :attr:`segments` of the segment that would hold ``offset`` (0 below all)."""
+        return max(bisect.bisect_right(self.bases, offset) - 1, 0)
+
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        self.segments = segments
+        self.bases = [s.base_offset for s in segments]
+
+    # -- I/O failures --------------------------------------------------------------------------
+    def check_usable(self) -> None:
+        if self.offline:
+            raise LogDirOfflineError(
+                f"{self.tp}: the log directory {self.directory.parent} is offline after an I/O "
+                "error"
+            )
+        if self.closed:
+            raise LogDirOfflineError(f"{self.tp}: the log is closed")
+
+    def io_failed(self, what: str, exc: OSError) -> LogDirOfflineError:
+        """An OSError takes the log (and through the callback its log dir) offline."""
+        self.offline = True
+        if self._on_io_error is not None:
+            self._on_io_error(self.directory.parent, exc)
+        return LogDirOfflineError(
+            f"{self.tp}: {what} failed in {self.directory}: {exc}; the log directory "
+            f"{self.directory.parent} is now offline"
+        )
+
+    @contextlib.contextmanager
+    def io(self, what: str) -> Iterator[None]:
+        """Refuse work on an offline or closed log; an OSError inside takes it offline."""
+        self.check_usable()
+        try:
+            yield
+        except OSError as exc:
+            raise self.io_failed(what, exc) from exc
+
+    # -- roll ----------------------------------------------------------------------------------
+    def roll(self, expected_next_offset: int | None) -> LogSegment:
+        """Start a new active segment at ``max(expected_next_offset, log end offset)``.
+
+        1. an empty active segment at that base is reused (KAFKA-6388); a non-empty one there is
+           a bug;
+        2. stale files at the new base (left by a crash before the loader's time) are deleted;
+        3. the old active segment writes its final time index entry and trims its indexes;
+        4. the new segment's files are created and it joins the list;
+        5. the old segment is flushed and the recovery point moves to the new base.
+
+        A crash anywhere leaves at most an empty segment at the log end, which the loader opens.
+        """
+        now_ms = self.clock.milliseconds()
+        new_offset = max(expected_next_offset or 0, self.log_end_offset)
+        active = self.active_segment
+        if active.base_offset == new_offset:
+            if active.size_bytes == 0:
+                return active
+            raise AssertionError(
+                f"{self.tp}: a segment with base offset {new_offset} already exists"
+            )
+        for path in (
+            files.log_file(self.directory, new_offset),
+            files.index_file(self.directory, new_offset),
+            files.time_index_file(self.directory, new_offset),
+            files.txn_index_file(self.directory, new_offset),
+        ):
+            if path.exists():
+                logger.warning("%s: deleting stale file %s before rolling", self.tp, path)
+                path.unlink()
+        active.on_become_inactive_segment()
+        segment = LogSegment.open(
+            self.directory,
+            new_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size_bytes=self.config.segment_index_bytes,
+            now_ms=now_ms,
+            rolling_jitter_ms=self._rolling_jitter_ms(),
+        )
+        self.segments.append(segment)
+        self.bases.append(new_offset)
+        logger.info("%s: rolled new log segment at offset %d", self.tp, new_offset)
+        # Kafka schedules this flush asynchronously; the roll is rare enough to do it here.
+        self.flush(new_offset)
+        return segment
+
+    def _rolling_jitter_ms(self) -> int:
+        jitter = self.config.segment_jitter_ms
+        if jitter <= 0:
+            return 0
+        return random.randrange(min(jitter, self.config.segment_ms))
+
+    # -- flush ---------------------------------------------------------------------------------
+    def flush(self, offset: int) -> None:
+        """fsync every segment holding offsets in ``[recovery point, offset)``, then advance the
+        recovery point to ``offset`` (at most the log end)."""
+        if offset <= self.recovery_point:
+            return
+        for segment in self._segments_overlapping(self.recovery_point, offset):
+            segment.flush()
+        self.recovery_point = min(offset, self.log_end_offset)
+        self.last_flush_ms = self.clock.milliseconds()
+
+    def _segments_overlapping(self, start: int, end: int) -> list[LogSegment]:
+        first = self.floor_index(start)
+        last = bisect.bisect_left(self.bases, end)
+        return self.segments[first:last] if last > first else self.segments[first : first + 1]
+
+    # -- delete --------------------------------------------------------------------------------
+    def remove_and_delete_segments(
+        self, doomed: Sequence[LogSegment], reason: str | Mapping[int, str]
+    ) -> None:
+        """Steps 3-5 of segment deletion (:meth:`storagecore.log.Log.delete_segments` runs 1-2):
+
+        3. drop the segments from the list (readers no longer see them);
+        4. rename their files to ``.deleted``;
+        5. unlink them after ``file.delete.delay.ms`` (:meth:`delete_expired_files`; at once
+           when the delay is 0).
+
+        A crash after 4 leaves ``.deleted`` files that the loader's first pass removes.
+        """
+        doomed_ids = {id(s) for s in doomed}
+        survivors = [s for s in self.segments if id(s) not in doomed_ids]
+        assert survivors, f"{self.tp}: deleting every segment"
+        # 3.
+        self._set_segments(survivors)
+        due_ms = self.clock.milliseconds() + self.config.file_delete_delay_ms
+        for segment in doomed:
+            logger.info(
+                "%s: deleting segment %d (%d bytes, largest timestamp %d): %s",
+                self.tp,
+                segment.base_offset,
+                segment.size_bytes,
+                segment.max_timestamp_so_far,
+                reason if isinstance(reason, str) else reason.get(segment.base_offset, ""),
+            )
+            # 4.
+            segment.change_file_suffixes("", files.DELETED_SUFFIX)
+            self._pending_deletes.append(_PendingDelete(due_ms, segment))
+        # 5.
+        if self.config.file_delete_delay_ms == 0:
+            self.delete_expired_files(due_ms)
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Unlink the ``.deleted`` files whose delay has passed at ``now_ms``; how many
+        segments."""
+        due = [p for p in self._pending_deletes if p.due_ms <= now_ms]
+        self._pending_deletes = [p for p in self._pending_deletes if p.due_ms > now_ms]
+        for pending in due:
+            pending.segment.delete_files()
+        return len(due)
+
+    # -- swap ----------------------------------------------------------------------------------
+    def swap(
+        self,
+        new_segments: Sequence[LogSegment],
+        old_segments: Sequence[LogSegment],
+        *,
+        unlink_replaced: bool = False,
+    ) -> None:
+        """Swap ``new_segments`` in for ``old_segments`` (Kafka ``LocalLog.replaceSegments``).
+
+        The one swap of the code base, run by :meth:`replace_segments` (the cleaner's) and
+        :meth:`bulk_append`. The new segments are complete, flushed and named ``*.cleaned``, and
+        they hold only offsets that the old segments held or that follow the log end; the
+        callers check that. The protocol, mirrored by the loader's first two passes
+        (:mod:`storagecore.loader`):
+
+        1. rename each new segment ``.cleaned`` → ``.swap``, in **descending** base-offset order,
+           then fsync the directory. Crash before all are renamed: the loader finds ``.cleaned``
+           files, deletes them and every ``.swap`` at or above the lowest one → the old
+           segments. Crash after: every new segment is ``.swap`` → the loader completes, deleting
+           the segment files in the swapped range.
+        2. replace the old segments by the new ones in the segment list (readers, which hold the
+           log's lock, see either all old or all new segments).
+        3. rename every old segment to ``.deleted``; its files are unlinked after
+           ``file.delete.delay.ms`` (with ``unlink_replaced``: at once, for a segment no reader
+           can hold, the bulk append's empty one). Crash here: the loader deletes ``.deleted``
+           files and completes the ``.swap`` ones.
+        4. strip ``.swap`` from the new segments' names, then fsync the directory. Crash here:
+           the loader strips the remaining ``.swap`` suffixes.
+        5. with ``file.delete.delay.ms`` 0, unlink the old segments' files now.
+        """
+        new = sorted(new_segments, key=lambda s: s.base_offset)
+        # 1. .cleaned -> .swap, highest offset first; then make the renames durable.
+        for segment in reversed(new):
+            segment.change_file_suffixes(files.CLEANED_SUFFIX, files.SWAP_SUFFIX)
+        durability.fsync_dir(self.directory)
+        # 2. the new segment list.
+        old_ids = {id(s) for s in old_segments}
+        kept = [s for s in self.segments if id(s) not in old_ids]
+        self._set_segments(sorted(kept + new, key=lambda s: s.base_offset))
+        # 3. old segments -> .deleted, unlinked later (or now).
+        due_ms = self.clock.milliseconds() + self.config.file_delete_delay_ms
+        for segment in old_segments:
+            segment.change_file_suffixes("", files.DELETED_SUFFIX)
+            if unlink_replaced:
+                segment.delete_files()
+            else:
+                self._pending_deletes.append(_PendingDelete(due_ms, segment))
+        # 4. strip .swap; the directory fsync makes the final names durable.
+        for segment in new:
+            segment.change_file_suffixes(files.SWAP_SUFFIX, "")
+        durability.fsync_dir(self.directory)
+        # 5.
+        if not unlink_replaced and self.config.file_delete_delay_ms == 0:
+            self.delete_expired_files(due_ms)
+
+    def replace_segments(
+        self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
+    ) -> bool:
+        """Swap cleaned segments in for the segments they replace with :meth:`swap`.
+
+        The new segments hold a subset of the records of the old ones, at the same offsets. The
+        active segment is never replaced (DESIGN invariant 2). Returns False, changing nothing,
+        when some old segment left the log meanwhile.
+        """
+        new = sorted(new_segments, key=lambda s: s.base_offset)
+        present = {id(s) for s in self.segments}
+        olds = [s for s in old_segments if id(s) in present]
+        assert new, f"{self.tp}: nothing to replace with"
+        if len(olds) != len(old_segments):
+            # Some went meanwhile (retention or delete-records, KAFKA-7278). Kafka swaps in
+            # what remains, which can bring back records below the log start offset; here
+            # the cleaned copy is abandoned (the caller deletes it) and the next round redoes
+            # the work. Returns False.
+            logger.info(
+                "%s: %d of %d segments to replace are gone; discarding the cleaned copy",
+                self.tp,
+                len(old_segments) - len(olds),
+                len(old_segments),
+            )
+            return False
+        assert self.active_segment not in olds, f"{self.tp}: the active segment is never replaced"
+        low = min(s.base_offset for s in olds)
+        high = max(s.next_offset() for s in olds)
+        for segment in new:
+            assert segment.log.path.name.endswith(files.CLEANED_SUFFIX), segment.log.path
+            assert low <= segment.base_offset and segment.next_offset() <= high, (
+                f"{self.tp}: replacement segment {segment.base_offset} outside [{low}, {high})"
+            )
+        self.swap(new, olds)
+        logger.info(
+            "%s: replaced segments %s with %s",
+            self.tp,
+            [s.base_offset for s in olds],
+            [s.base_offset for s in new],
+        )
+        return True
+
+    def bulk_append(self, batches: Iterable[bytes | bytearray | memoryview]) -> BulkWrite:
+        """Append ``batches`` (at least one) all or nothing, even across a crash.
+
+        The batches' offsets are reassigned from the log end offset (the base-offset field lies
+        outside the CRC). They are written into new segments named ``*.cleaned`` after the log
+        end, and swapped in with :meth:`swap`, the empty active segment being the one replaced:
+
+        1. roll, so the active segment is empty at the log end offset ``L``;
+        2. write ``L.log.cleaned`` (and more segments when ``segment.bytes`` is reached), flush.
+           Crash or failure here: the ``.cleaned`` files are deleted (by the loader after a
+           crash) → the log as it was;
+        3. the swap's step 1, ``.cleaned`` → ``.swap`` highest first and a directory fsync, is
+           the commit point: from here the loader completes the swap (it deletes the segments
+           in the swapped range, here only the empty one at ``L``);
+        4. the swap's steps 2-4: the new segments take the empty segment's place in the list,
+           it is renamed ``.deleted`` and unlinked at once, ``.swap`` is stripped, the directory
+           fsynced;
+        5. roll a new active segment at the new log end; everything is flushed up to it.
+
+        Raises :class:`RecordTooLargeError` naming the partition for a batch above
+        ``max.message.bytes``; nothing is appended then.
+        """
+        # 1.
+        self.roll(None)
+        active = self.active_segment
+        assert active.size_bytes == 0 and active.base_offset == self.log_end_offset
+        # 2.
+        new, written = self._write_cleaned_segments(self.log_end_offset, batches)
+        # 3.-4.
+        self.swap(new, [active], unlink_replaced=True)
+        # 5.
+        self.roll(None)
+        self.recovery_point = self.log_end_offset
+        logger.info(
+            "%s: bulk-appended offsets [%d, %d) in %d segment(s)",
+            self.tp,
+            written.first_offset,
+            written.last_offset + 1,
+            len(new),
+        )
+        return written
+
+    def _write_cleaned_segments(
+        self, first_offset: int, batches: Iterable[bytes | bytearray | memoryview]
+    ) -> tuple[list[LogSegment], BulkWrite]:
+        """Step 2 of :meth:`bulk_append`. Any failure deletes what was written and re-raises."""
+        config = self.config
+        now_ms = self.clock.milliseconds()
+        new: list[LogSegment] = []
+        next_offset = first_offset
+        max_timestamp = layout.NO_TIMESTAMP
+        offset_of_max = -1
+        count = 0
+        size_total = 0
+        try:
+            for data in batches:
+                batch = RecordBatch(bytes(data))
+                batch.validate()
+                size = batch.size_bytes
+                if size > config.max_message_bytes:
+                    raise RecordTooLargeError(
+                        f"{self.tp}: batch of {size} bytes exceeds max.message.bytes="
+                        f"{config.max_message_bytes}"
+                    )
+                delta = batch.last_offset_delta
+                if not new or new[-1].size_bytes + size > config.segment_bytes:
+                    if new:
+                        new[-1].on_become_inactive_segment()
+                    new.append(
+                        LogSegment.open(
+                            self.directory,
+                            next_offset,
+                            index_interval_bytes=config.index_interval_bytes,
+                            max_index_size_bytes=config.segment_index_bytes,
+                            now_ms=now_ms,
+                            suffix=files.CLEANED_SUFFIX,
+                        )
+                    )
+                buffer = bytearray(batch.buffer)
+                _BASE_OFFSET.pack_into(buffer, layout.BASE_OFFSET_OFFSET, next_offset)
+                last = next_offset + delta
+                new[-1].append(last, batch.max_timestamp, last, buffer)
+                if batch.max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = batch.max_timestamp, last
+                count += batch.records_count
+                size_total += size
+                next_offset = last + 1
+            assert new, f"{self.tp}: bulk append of no batches"
+            new[-1].on_become_inactive_segment()
+            for segment in new:
+                segment.flush()
+        except BaseException:
+            for segment in new:
+                segment.delete_files()  # still .cleaned: nothing refers to them
+            raise
+        written = BulkWrite(
+            first_offset, next_offset - 1, max_timestamp, offset_of_max, count, size_total, len(new)
+        )
+        return new, written
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def close(self, *, handles_only: bool) -> None:
+        """Close every segment (trimming indexes), or with ``handles_only`` only drop the file
+        handles (an offline dir, or what a crash leaves behind). Does not flush."""
+        self.closed = True
+        for segment in self.segments:
+            if handles_only:
+                segment.close_handles()
+            else:
+                segment.close()
+        for pending in self._pending_deletes:
+            pending.segment.close_handles()
