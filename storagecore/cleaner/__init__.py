@@ -13,8 +13,8 @@ from storagecore.cleaner.cleaner import (
     Cleaner,
     CleanRequest,
     dirty_segments,
-    group_segments_by_size,
 )
+from storagecore.cleaner.grouping import group_segments_by_size
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.cleaner.manager import LogCleanerManager
 from storagecore.cleaner.offset_map import SkimpyOffsetMap

@@ -13,7 +13,6 @@ bad bytes). Reads only; owned by one pass of one cleaner thread.
 
 from __future__ import annotations
 
-import struct
 from typing import Final, Protocol
 
 from storagecore.config import TopicPartition
@@ -24,10 +23,12 @@ from storagecore.records.file_records import FileRecords
 
 #: Bytes read at a time: the unit of a region call, and of throttling and abort checks.
 REGION_BYTES: Final = 1 << 20
-_HEADER_PREFIX: Final = struct.Struct(">qi")
 
 
 class SegmentSource(Protocol):
+    """What a cleaning pass reads of a segment: a :class:`~storagecore.segment.LogSegment`, or
+    on a Spark executor a read-only ``FileRecords`` with its base offset."""
+
     @property
     def base_offset(self) -> int: ...
 
@@ -83,7 +84,8 @@ class SegmentWalk:
             return None
         if left < layout.HEADER_SIZE_UP_TO_MAGIC:
             raise self._incomplete()
-        _base_offset, length = _HEADER_PREFIX.unpack_from(self._view(_HEADER_PREFIX.size))
+        prefix = layout.LOG_HEADER_PREFIX
+        _base_offset, length = prefix.unpack_from(self._view(prefix.size))
         if length < layout.MIN_DECLARED_BATCH_LENGTH:
             raise CorruptRecordError(
                 f"{self.tp}: {self.file.path}: batch at position {position} declares length "

@@ -24,7 +24,6 @@ from storagecore.records.batch import RecordBatch
 logger = logging.getLogger(__name__)
 
 _LENGTH: Final = struct.Struct(">i")
-_HEADER_PREFIX: Final = struct.Struct(">qi")  # base_offset, batch_length
 _READ_CHUNK_BYTES: Final = 1 << 20
 _FIRST_HEADER_CHUNK_BYTES: Final = 8 << 10
 _TIMESTAMP: Final = struct.Struct(">q")
@@ -175,7 +174,7 @@ class FileRecords:
         data = os.pread(self._fd, layout.RECORD_BATCH_OVERHEAD, position)
         if len(data) < layout.RECORD_BATCH_OVERHEAD:
             return None
-        base_offset, length = _HEADER_PREFIX.unpack_from(data, 0)
+        base_offset, length = layout.LOG_HEADER_PREFIX.unpack_from(data, 0)
         size = length + layout.LOG_OVERHEAD
         if size < layout.RECORD_BATCH_OVERHEAD or position + size > self.size_bytes:
             return None
@@ -224,7 +223,7 @@ class FileRecords:
                 rel = 0
             if len(chunk) - rel < layout.HEADER_SIZE_UP_TO_MAGIC:
                 return
-            base_offset, length = _HEADER_PREFIX.unpack_from(chunk, rel)
+            base_offset, length = layout.LOG_HEADER_PREFIX.unpack_from(chunk, rel)
             if length < layout.MIN_DECLARED_BATCH_LENGTH:
                 raise CorruptRecordError(
                     f"{self.path}: batch at position {position} declares length {length} "
@@ -269,7 +268,7 @@ class FileRecords:
                 rel = 0
                 if len(chunk) < layout.HEADER_SIZE_UP_TO_MAGIC:
                     return
-            _base_offset, length = _HEADER_PREFIX.unpack_from(chunk, rel)
+            _base_offset, length = layout.LOG_HEADER_PREFIX.unpack_from(chunk, rel)
             if length < layout.MIN_DECLARED_BATCH_LENGTH:
                 raise CorruptRecordError(
                     f"{self.path}: batch at position {position} declares length {length} "

@@ -41,6 +41,8 @@ BATCH_HEADER: Final = struct.Struct(
     "i"  # base_sequence
     "i"  # records_count
 )
+#: The first two fields (base offset, batch length): all a walk over batches needs to step.
+LOG_HEADER_PREFIX: Final = struct.Struct(BATCH_HEADER.format[:3])
 
 # Positions, each derived from the one before it.
 BASE_OFFSET_OFFSET: Final = 0
@@ -98,7 +100,7 @@ MAX_VARLONG_BYTES: Final = 10
 # Relations between the constants (the layout is wrong if any of these fails).
 assert RECORD_BATCH_OVERHEAD == 61, "must match Kafka's DefaultRecordBatch.RECORD_BATCH_OVERHEAD"
 assert RECORDS_OFFSET == RECORD_BATCH_OVERHEAD
-assert LOG_OVERHEAD == 12
+assert LOG_OVERHEAD == 12 == LOG_HEADER_PREFIX.size
 assert HEADER_SIZE_UP_TO_MAGIC == 17
 assert CRC_OFFSET == 17 and ATTRIBUTES_OFFSET == CRC_OFFSET + 4 == 21
 assert (LAST_OFFSET_DELTA_OFFSET, BASE_TIMESTAMP_OFFSET, MAX_TIMESTAMP_OFFSET) == (23, 27, 35)
