@@ -37,6 +37,7 @@ setup(
             ["storagecore/cleaner/_native.c"],
             depends=[
                 "storagecore/records/_layout.h",
+                "storagecore/records/_walker.h",
                 "storagecore/cleaner/_siphash.h",
                 "storagecore/cleaner/_cleaner_records.h",
                 "storagecore/cleaner/_cleaner_batch.h",

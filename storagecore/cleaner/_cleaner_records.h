@@ -1,7 +1,7 @@
 /* The cleaner's view of v2 records: parse an uncompressed payload into record_t's, and
  * re-encode kept records as storagecore/records/batch.py's encode_record does. Included by
  * storagecore/cleaner/_native.c only. The byte layout and varints are storagecore/records/
- * _layout.h's.
+ * _layout.h's; the record framing is the one record walker, storagecore/records/_walker.h.
  */
 #ifndef STORAGECORE_CLEANER_RECORDS_H
 #define STORAGECORE_CLEANER_RECORDS_H
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../records/_layout.h"
+#include "../records/_walker.h"
 #include "_siphash.h"
 
 #define HASH_BYTES SIPHASH_OUT_BYTES
@@ -43,54 +44,34 @@ typedef struct {
  * otherwise. */
 static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
                          const batch_info_t *info, record_t *records) {
-    Py_ssize_t pos = 0;
+    ptrdiff_t pos = 0;
     for (Py_ssize_t index = 0; index < count; index++) {
         record_t *r = &records[index];
-        int64_t length, ts_delta;
-        if (read_varint(buf, &pos, end, &length) < 0) return -1;
-        if (length < 0 || length > end - pos) return -1;
-        Py_ssize_t body_end = pos + (Py_ssize_t)length;
-        pos += 1; /* attributes, unused; read_varlong fails if this passed body_end */
-        if (read_varlong(buf, &pos, body_end, &ts_delta) < 0) return -1;
-        if (read_varint(buf, &pos, body_end, &r->offset_delta) < 0) return -1;
-        if (__builtin_add_overflow(info->base_offset, r->offset_delta, &r->offset)) return -1;
+        walked_record_t w;
+        if (walk_record(buf, &pos, end, &w) != WALK_OK) return -1;
+        r->offset_delta = w.offset_delta;
+        if (__builtin_add_overflow(info->base_offset, w.offset_delta, &r->offset)) return -1;
         if (info->log_append) {
             r->timestamp = info->log_append_time;
-        } else if (__builtin_add_overflow(info->base_timestamp, ts_delta, &r->timestamp)) {
+        } else if (__builtin_add_overflow(info->base_timestamp, w.timestamp_delta,
+                                          &r->timestamp)) {
             return -1;
         }
-        if (read_varint(buf, &pos, body_end, &r->key_length) < 0) return -1;
-        r->key = buf + pos;
-        if (r->key_length >= 0) {
-            if (r->key_length > body_end - pos) return -1;
-            pos += (Py_ssize_t)r->key_length;
-        }
-        if (read_varint(buf, &pos, body_end, &r->value_length) < 0) return -1;
-        r->value = buf + pos;
-        if (r->value_length >= 0) {
-            if (r->value_length > body_end - pos) return -1;
-            pos += (Py_ssize_t)r->value_length;
-        }
-        if (read_varint(buf, &pos, body_end, &r->header_count) < 0) return -1;
-        if (r->header_count < 0) return -1;
-        r->headers = buf + pos;
-        Py_ssize_t headers_start = pos;
-        for (int64_t h = 0; h < r->header_count; h++) {
-            int64_t key_length, value_length;
-            if (read_varint(buf, &pos, body_end, &key_length) < 0) return -1;
-            if (key_length < 0 || key_length > body_end - pos) return -1;
-            for (Py_ssize_t i = 0; i < (Py_ssize_t)key_length; i++) {
-                if (buf[pos + i] & 0x80) return -1;
-            }
-            pos += (Py_ssize_t)key_length;
-            if (read_varint(buf, &pos, body_end, &value_length) < 0) return -1;
-            if (value_length >= 0) {
-                if (value_length > body_end - pos) return -1;
-                pos += (Py_ssize_t)value_length;
+        r->key = w.key;
+        r->key_length = w.key_length;
+        r->value = w.value;
+        r->value_length = w.value_length;
+        r->headers = w.headers;
+        r->header_count = w.header_count;
+        r->headers_bytes = w.headers_bytes;
+        ptrdiff_t header_pos = 0;
+        for (int64_t h = 0; h < w.header_count; h++) {
+            walked_header_t header;
+            walk_header(w.headers, &header_pos, w.headers_bytes, &header);
+            for (int64_t i = 0; i < header.key_length; i++) {
+                if (header.key[i] & 0x80) return -1;
             }
         }
-        r->headers_bytes = pos - headers_start;
-        if (pos != body_end) return -1;
     }
     return pos == end ? 0 : -1;
 }
