@@ -13,6 +13,9 @@ sources=$(find storagecore -name '*.c' -o -name '*.h' | sort)
 # shellcheck disable=SC2086  # one path per word
 stamp=".venv/.installed-$(cat pyproject.toml setup.py $sources | sha256sum | cut -c1-16)-${extras//,/_}"
 if [ ! -f "$stamp" ]; then
+  # An extension that fails to build must not hide behind the .so of an earlier build (the
+  # build falls back to Python with a warning; the tests then assert which one loaded).
+  find storagecore -name '*.so' -delete
   .venv/bin/python -m pip install --quiet -e ".[${extras}]"
   touch "$stamp"
 fi

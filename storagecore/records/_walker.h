@@ -111,6 +111,10 @@ typedef struct {
  * bounds were checked by walk_record, so this only re-reads the varints. */
 static inline void walk_header(const uint8_t *headers, ptrdiff_t *pos, ptrdiff_t headers_bytes,
                                walked_header_t *h) {
+    /* Set before the reads: a varint that walk_record accepted reads again, but the compiler
+     * cannot know that (and -Werror turns its maybe-uninitialized warning into a failure). */
+    h->key_length = 0;
+    h->value_length = -1;
     read_varint(headers, pos, headers_bytes, &h->key_length);
     h->key = headers + *pos;
     *pos += (ptrdiff_t)h->key_length;
