@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from logkeeper.line_reader import LineReader
 from logkeeper.topic_args import add_topic_args, topic_config
@@ -94,6 +94,14 @@ def add_parser(sub: Any) -> None:
             f"(linger.ms; default {LINGER_MS_DEFAULT}, as kafka-console-producer)"
         ),
     )
+
+
+class Lines(Protocol):
+    """What the loop reads: :class:`LineReader` over stdin, or a script in the unit tests."""
+
+    eof: bool
+
+    def poll(self, timeout_ms: int | None) -> list[tuple[int, bytes]]: ...
 
 
 @dataclasses.dataclass
@@ -292,7 +300,7 @@ class StopSignals:
 
 
 def produce(
-    reader: LineReader,
+    reader: Lines,
     batcher: Batcher,
     appender: Appender,
     *,
