@@ -30,6 +30,9 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The engine's config module (no kopf, pyspark or log I/O): the one home of its defaults.
+    from storagecore.config import DEDUPE_BUFFER_SIZE_DEFAULT, DEDUPE_BUFFER_SIZE_MIN_PER_THREAD
+
     parser = argparse.ArgumentParser(
         prog="logkeeper",
         description="Kafka-format topic logs on local or Kubernetes volumes.",
@@ -113,8 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dedupe-buffer-bytes",
         type=int,
-        default=128 << 20,
-        help="offset map memory (log.cleaner.dedupe.buffer.size, default 128 MiB)",
+        default=DEDUPE_BUFFER_SIZE_DEFAULT,
+        help=(
+            "offset map memory (log.cleaner.dedupe.buffer.size; default %(default)s, at least "
+            f"{DEDUPE_BUFFER_SIZE_MIN_PER_THREAD})"
+        ),
     )
     p.add_argument("--json", action="store_true", help="print the stats of each round as JSON")
 
@@ -430,7 +436,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from storagecore import LogManager, ManualClock, SystemClock
     from storagecore.cleaner.log_cleaner import LogCleaner
-    from storagecore.config import CleanerConfig
+    from storagecore.config import CleanerConfig, check_dedupe_buffer_size
     from storagecore.errors import ConfigError
 
     topics = log_dir_topics(args)
@@ -439,6 +445,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         raise ConfigError(f"--topic {', '.join(unknown)}: not declared in --topics")
     clock = ManualClock(SystemClock().milliseconds() if args.now_ms is None else args.now_ms)
     config = CleanerConfig(dedupe_buffer_size=args.dedupe_buffer_bytes)
+    check_dedupe_buffer_size(config.dedupe_buffer_size, config.threads, key="--dedupe-buffer-bytes")
     with LogManager(
         [args.dir], config_for={n: t.config for n, t in topics.items()}, clock=clock
     ) as manager:
