@@ -359,3 +359,12 @@ def test_clean_reports_a_corrupt_partition(tmp_path: Path) -> None:
     assert first.read_bytes() == bytes(raw), "nothing rewritten from a corrupt segment"
     bad = run("clean", "--dir", str(data), "--topics", str(topics), "--topic", "nope", check=False)
     assert bad.returncode == 2 and "--topic nope: not declared" in bad.stderr
+
+
+def test_clean_refuses_a_dedupe_buffer_below_the_minimum(tmp_path: Path) -> None:
+    result = run("clean", "--dir", str(tmp_path), "--dedupe-buffer-bytes", "1000", check=False)
+    assert result.returncode == 2
+    assert (
+        "--dedupe-buffer-bytes: 1000 bytes for 1 cleaner thread(s) is below the minimum of "
+        "1048576 bytes per thread" in result.stderr
+    )
