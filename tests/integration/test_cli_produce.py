@@ -4,11 +4,14 @@ the producer runs, and a SIGKILL in the middle. Every wait is on a condition wit
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -202,6 +205,27 @@ def test_batches_are_cut_by_batch_records_and_at_end_of_input(tmp_path: Path) ->
         assert log_batches(tmp_path / "b") == [["v0", "v1"]]
         assert producer.finish() == 0
     assert log_batches(tmp_path / "b") == [["v0", "v1"], ["v2"]]
+
+
+def unread_bytes(stream: IO[str]) -> int:
+    """Bytes written to a pipe that its reader has not read yet (FIONREAD works on either
+    end of a Linux pipe)."""
+    return struct.unpack("i", fcntl.ioctl(stream.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_appends_the_pending_batch_and_shuts_down_cleanly(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    with Producer(tmp_path, "--linger-ms", "600000", "--batch-records", "1000") as producer:
+        producer.write(line(0) + line(1))
+        wait_for(lambda: unread_bytes(producer.stdin) == 0, 60, "the producer to read stdin")
+        assert log_values(tmp_path) == []  # held for the linger
+        producer.process.send_signal(sig)
+        assert producer.wait() == 0
+        assert producer.offsets == [0, 1]
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+    assert consume_values(tmp_path) == ["v0", "v1"]
 
 
 @pytest.mark.parametrize(
