@@ -14,11 +14,14 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from logkeeper import consume, produce
+from logkeeper.topic_args import add_dir_and_topics_args, log_dir_topics
 
 EXAMPLES = """\
 examples:
   logkeeper produce --dir data --topic orders < events.jsonl
+  tail -f events.jsonl | logkeeper produce --dir data --topic orders --linger-ms 200
   logkeeper consume --dir data --topic orders --from 0
   logkeeper dump-log --records data/orders-0/00000000000000000000.log
   logkeeper verify --dir data
@@ -27,6 +30,9 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The engine's config module (no kopf, pyspark or log I/O): the one home of its defaults.
+    from storagecore.config import DEDUPE_BUFFER_SIZE_DEFAULT, DEDUPE_BUFFER_SIZE_MIN_PER_THREAD
+
     parser = argparse.ArgumentParser(
         prog="logkeeper",
         description="Kafka-format topic logs on local or Kubernetes volumes.",
@@ -36,58 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def dir_and_topics_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dir", required=True, type=Path, help="log directory")
-        p.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
-
-    def topic_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dir", required=True, type=Path, help="log directory (created if absent)")
-        p.add_argument("--topic", required=True, help="topic name")
-        p.add_argument("--partition", type=int, default=0, help="partition (default 0)")
-        p.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
-        p.add_argument(
-            "--config",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="Kafka topic config override, repeatable (e.g. segment.bytes=1048576)",
-        )
-
-    p = sub.add_parser(
-        "produce",
-        help="append JSON lines from stdin to a topic-partition",
-        description=(
-            'Reads JSON lines {"key": str|null, "value": str|null, "timestamp": int, '
-            '"headers": {str: str}} from stdin (value null = tombstone; timestamp defaults to '
-            "now), validates all of them, appends them in batches and prints one "
-            '{"partition", "offset"} line per record.'
-        ),
-    )
-    topic_args(p)
-    p.add_argument(
-        "--compression",
-        default="none",
-        choices=["none", "gzip", "snappy", "lz4", "zstd"],
-        help="codec of the batches the producer builds (default none)",
-    )
-    p.add_argument("--batch-records", type=int, default=500, help="records per batch (default 500)")
-
-    p = sub.add_parser(
-        "consume",
-        help="print records of a topic-partition as JSON lines",
-        description=(
-            "Prints one JSON line per record in [--from, --to): offset, timestamp, key, value, "
-            "headers. Keys and values that are not UTF-8 are printed base64-encoded under "
-            "key_b64 / value_b64."
-        ),
-    )
-    topic_args(p)
-    p.add_argument(
-        "--from", dest="start", type=int, default=None, help="first offset (default: log start)"
-    )
-    p.add_argument(
-        "--to", dest="end", type=int, default=None, help="end offset, exclusive (default: log end)"
-    )
+    produce.add_parser(sub)
+    consume.add_parser(sub)
 
     p = sub.add_parser(
         "dump-log",
@@ -134,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
             "removed before it exits."
         ),
     )
-    dir_and_topics_args(p)
+    add_dir_and_topics_args(p)
     p.add_argument(
         "--dry-run", action="store_true", help="only print what would be deleted and why"
     )
@@ -152,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
             "round (or JSON stats) and updates cleaner-offset-checkpoint."
         ),
     )
-    dir_and_topics_args(p)
+    add_dir_and_topics_args(p)
     p.add_argument("--topic", action="append", help="only this topic (repeatable)")
     p.add_argument(
         "--now-ms", type=int, help="clean as of this epoch-ms time (horizons, compaction lags)"
@@ -160,8 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dedupe-buffer-bytes",
         type=int,
-        default=128 << 20,
-        help="offset map memory (log.cleaner.dedupe.buffer.size, default 128 MiB)",
+        default=DEDUPE_BUFFER_SIZE_DEFAULT,
+        help=(
+            "offset map memory (log.cleaner.dedupe.buffer.size; default %(default)s, at least "
+            f"{DEDUPE_BUFFER_SIZE_MIN_PER_THREAD})"
+        ),
     )
     p.add_argument("--json", action="store_true", help="print the stats of each round as JSON")
 
@@ -358,8 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from storagecore.errors import ConfigError, StorageError
 
     handlers = {
-        "produce": cmd_produce,
-        "consume": cmd_consume,
+        "produce": produce.cmd_produce,
+        "consume": consume.cmd_consume,
         "dump-log": cmd_dump_log,
         "verify": cmd_verify,
         "retention": cmd_retention,
@@ -376,146 +335,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # pragma: no cover - e.g. `logkeeper consume | head`
         return 0
-
-
-def _topic_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """The LogConfig of ``args.topic`` and the config of every topic in ``--topics``."""
-    from storagecore.config import (
-        LogConfig,
-        parse_config_assignments,
-        parse_topic_manifests,
-        validate_topic_name,
-    )
-
-    validate_topic_name(args.topic)
-    topics = {}
-    if args.topics is not None:
-        topics = parse_topic_manifests(
-            args.topics.read_text(encoding="utf-8"), source=str(args.topics)
-        )
-    overrides = parse_config_assignments(args.config)
-    spec = topics.get(args.topic)
-    if spec is not None and not 0 <= args.partition < spec.partitions:
-        from storagecore.errors import ConfigError
-
-        raise ConfigError(
-            f"topic {args.topic!r} has {spec.partitions} partitions in {args.topics}; "
-            f"partition {args.partition} does not exist"
-        )
-    base = spec.config if spec is not None else LogConfig()
-    config = LogConfig.from_topic_config(overrides, base=base)
-    configs = {name: t.config for name, t in topics.items()}
-    configs[args.topic] = config
-    return config, configs
-
-
-def _parse_produce_line(line: str, number: int, now_ms: int) -> Any:
-    from storagecore.errors import ConfigError
-    from storagecore.records.batch import NewRecord
-
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"stdin line {number}: not JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"stdin line {number}: expected a JSON object")
-    unknown = set(obj) - {"key", "value", "timestamp", "headers"}
-    if unknown:
-        raise ConfigError(f"stdin line {number}: unknown field(s) {sorted(unknown)}")
-
-    def text(field: str) -> bytes | None:
-        value = obj.get(field)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"stdin line {number}: {field} must be a string or null, got {value!r}"
-            )
-        return value.encode("utf-8")
-
-    timestamp = obj.get("timestamp", now_ms)
-    if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
-        raise ConfigError(f"stdin line {number}: timestamp must be a non-negative integer (ms)")
-    headers = obj.get("headers") or {}
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in headers.items()
-    ):
-        raise ConfigError(f"stdin line {number}: headers must map strings to strings")
-    return NewRecord(
-        key=text("key"),
-        value=text("value"),
-        timestamp=timestamp,
-        headers=tuple((k, None if v is None else v.encode("utf-8")) for k, v in headers.items()),
-    )
-
-
-def cmd_produce(args: argparse.Namespace) -> int:
-    from storagecore import Compression, LogManager, SystemClock, TopicPartition
-    from storagecore.errors import ConfigError, StorageError
-    from storagecore.log_validator import validate_and_assign_offsets
-    from storagecore.records.batch import build_batch
-
-    if args.batch_records < 1:
-        raise ConfigError("--batch-records must be >= 1")
-    config, configs = _topic_config(args)
-    compression = Compression.from_name(args.compression)
-    now_ms = SystemClock().milliseconds()
-    numbered = [
-        (number, _parse_produce_line(line, number, now_ms))
-        for number, line in enumerate(sys.stdin, start=1)
-        if line.strip()
-    ]
-    chunks = [
-        numbered[i : i + args.batch_records] for i in range(0, len(numbered), args.batch_records)
-    ]
-    batches = [build_batch([r for _, r in chunk], compression=compression) for chunk in chunks]
-    tp = TopicPartition(args.topic, args.partition)
-    # Validate every batch against the topic's config before anything is created or appended:
-    # all or nothing, and the error names the stdin lines of the batch at fault.
-    for chunk, batch in zip(chunks, batches, strict=True):
-        try:
-            validate_and_assign_offsets(batch, tp=tp, config=config, next_offset=0, now_ms=now_ms)
-        except StorageError as exc:
-            raise type(exc)(f"stdin lines {chunk[0][0]}-{chunk[-1][0]}: {exc}") from exc
-    with LogManager([args.dir], config_for=configs) as manager:
-        log = manager.get_or_create_log(tp, config)
-        out = sys.stdout
-        for batch in batches:
-            info = log.append(batch)
-            for offset in range(info.first_offset, info.last_offset + 1):
-                out.write(json.dumps({"partition": args.partition, "offset": offset}) + "\n")
-    return 0
-
-
-def _json_bytes(record_field: str, data: bytes | None, out: dict[str, Any]) -> None:
-    if data is None:
-        out[record_field] = None
-        return
-    try:
-        out[record_field] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        import base64
-
-        out[record_field + "_b64"] = base64.b64encode(data).decode("ascii")
-
-
-def cmd_consume(args: argparse.Namespace) -> int:
-    from storagecore import LogManager, TopicPartition
-
-    _config, configs = _topic_config(args)
-    tp = TopicPartition(args.topic, args.partition)
-    with LogManager([args.dir], config_for=configs) as manager:
-        log = manager.get_log(tp)
-        for record in log.records(args.start, args.end):
-            line: dict[str, Any] = {"offset": record.offset, "timestamp": record.timestamp}
-            _json_bytes("key", record.key, line)
-            _json_bytes("value", record.value, line)
-            headers: dict[str, Any] = {}
-            for key, value in record.headers:
-                headers[key] = None if value is None else value.decode("utf-8", errors="replace")
-            line["headers"] = headers
-            sys.stdout.write(json.dumps(line) + "\n")
-    return 0
 
 
 def cmd_dump_log(args: argparse.Namespace) -> int:
@@ -575,22 +394,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _log_dir_topics(args: argparse.Namespace) -> dict[str, Any]:
-    """``--dir`` checked to exist, and the Topic manifests of ``--topics`` (none without it)."""
-    from storagecore.config import parse_topic_manifests
-    from storagecore.errors import ConfigError
-
-    if not args.dir.is_dir():
-        raise ConfigError(f"--dir {args.dir} is not a directory")
-    if args.topics is None:
-        return {}
-    return parse_topic_manifests(args.topics.read_text(encoding="utf-8"), source=str(args.topics))
-
-
 def cmd_retention(args: argparse.Namespace) -> int:
     from storagecore import LogManager, ManualClock, SystemClock
 
-    topics = _log_dir_topics(args)
+    topics = log_dir_topics(args)
     now_ms = SystemClock().milliseconds() if args.now_ms is None else args.now_ms
     clock = ManualClock(now_ms)
     with LogManager(
@@ -629,15 +436,16 @@ def cmd_retention(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     from storagecore import LogManager, ManualClock, SystemClock
     from storagecore.cleaner.log_cleaner import LogCleaner
-    from storagecore.config import CleanerConfig
+    from storagecore.config import CleanerConfig, check_dedupe_buffer_size
     from storagecore.errors import ConfigError
 
-    topics = _log_dir_topics(args)
+    topics = log_dir_topics(args)
     unknown = sorted(set(args.topic or ()) - set(topics))
     if unknown:
         raise ConfigError(f"--topic {', '.join(unknown)}: not declared in --topics")
     clock = ManualClock(SystemClock().milliseconds() if args.now_ms is None else args.now_ms)
     config = CleanerConfig(dedupe_buffer_size=args.dedupe_buffer_bytes)
+    check_dedupe_buffer_size(config.dedupe_buffer_size, config.threads, key="--dedupe-buffer-bytes")
     with LogManager(
         [args.dir], config_for={n: t.config for n, t in topics.items()}, clock=clock
     ) as manager:
@@ -686,7 +494,7 @@ def cmd_spark(args: argparse.Namespace) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         if args.job == "compact":
-            configs = {name: t.config for name, t in _log_dir_topics(args).items()}
+            configs = {name: t.config for name, t in log_dir_topics(args).items()}
             results = compact(
                 spark, str(args.dir), topics=args.topic, configs=configs, now_ms=args.now_ms
             )

@@ -433,6 +433,32 @@ def parse_topic_manifests(text: str, *, source: str = "<topics>") -> dict[str, T
 # -- the cleaner's broker-level settings ---------------------------------------------------------
 MIB: Final = 1 << 20
 
+#: ``log.cleaner.dedupe.buffer.size``: the offset maps of all cleaner threads together
+#: (Kafka's default). The one default of the setting: the CRD schema (``dedupeBufferBytes``),
+#: the worker's settings and ``logkeeper clean --dedupe-buffer-bytes`` take it from here, and
+#: a test checks the CRD files and the chart's copy against it.
+DEDUPE_BUFFER_SIZE_DEFAULT: Final = 128 * MIB
+#: Kafka's floor: "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread".
+#: The one minimum of the setting wherever a user sets it (the CRD schema and its CEL rule,
+#: the worker's settings, ``logkeeper clean``, :meth:`CleanerConfig.from_properties`). The
+#: dataclass itself takes smaller maps, down to one key per thread, for the engine's tests,
+#: which force many rounds with maps of a few slots.
+DEDUPE_BUFFER_SIZE_MIN_PER_THREAD: Final = MIB
+
+
+def check_dedupe_buffer_size(
+    size_bytes: int, threads: int, *, key: str = "log.cleaner.dedupe.buffer.size"
+) -> None:
+    """Reject a dedupe buffer below :data:`DEDUPE_BUFFER_SIZE_MIN_PER_THREAD` per thread;
+    the error names ``key`` (the caller's name for the setting) and what to do."""
+    least = DEDUPE_BUFFER_SIZE_MIN_PER_THREAD * threads
+    if size_bytes < least:
+        raise ConfigError(
+            f"{key}: {size_bytes} bytes for {threads} cleaner thread(s) is below the minimum "
+            f"of {DEDUPE_BUFFER_SIZE_MIN_PER_THREAD} bytes per thread ({least}); raise it or "
+            "use fewer threads"
+        )
+
 
 #: Kafka broker keys of the cleaner settings → (field, type).
 CLEANER_SETTINGS: Final[dict[str, tuple[str, type]]] = {
@@ -451,8 +477,11 @@ class CleanerConfig:
     """The broker-level cleaner settings (Kafka's names and defaults, ``log.cleaner.*``)."""
 
     threads: int = 1
-    dedupe_buffer_size: int = 128 * MIB
-    """Offset map memory, split over the threads."""
+    dedupe_buffer_size: int = DEDUPE_BUFFER_SIZE_DEFAULT
+    """Offset map memory of all threads together, split evenly over them (see
+    :attr:`map_memory_per_thread`). The CRD's ``dedupeBufferBytes``, the worker's
+    ``WorkerSettings.dedupe_buffer_bytes`` and ``logkeeper clean --dedupe-buffer-bytes`` are
+    this setting."""
     io_buffer_load_factor: float = 0.9
     """Fill fraction of the offset map at which a round stops mapping."""
     io_buffer_size: int = 512 * 1024
@@ -465,6 +494,8 @@ class CleanerConfig:
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool]] = [
             ("log.cleaner.threads", self.threads >= 1),
+            # The engine's floor, not the setting's minimum: each thread's map (24-byte
+            # slots, Kafka's SkimpyOffsetMap) must hold a key at the load factor.
             ("log.cleaner.dedupe.buffer.size", self.dedupe_buffer_size >= 24 * self.threads * 2),
             ("log.cleaner.io.buffer.load.factor", 0 < self.io_buffer_load_factor <= 1),
             ("log.cleaner.io.buffer.size", self.io_buffer_size >= 0),
@@ -478,7 +509,8 @@ class CleanerConfig:
 
     @property
     def map_memory_per_thread(self) -> int:
-        """Kafka: ``min(dedupe.buffer.size / threads, Int.MaxValue)``."""
+        """The memory each thread's offset map is built with (Kafka: ``min(dedupe.buffer.size
+        / threads, Int.MaxValue)``); the map rounds it down to whole slots."""
         return min(self.dedupe_buffer_size // self.threads, INT_MAX)
 
     @classmethod
@@ -496,8 +528,10 @@ class CleanerConfig:
             except (TypeError, ValueError):
                 raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
         try:
-            return cls(**values)
+            config = cls(**values)
         except ConfigError:
             raise
         except (TypeError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
+        check_dedupe_buffer_size(config.dedupe_buffer_size, config.threads)
+        return config

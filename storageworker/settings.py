@@ -16,6 +16,12 @@ The file holds either a whole ``StorageVolume`` manifest (its ``spec`` is read a
       flushCheckIntervalMs: 1000
       ...
 
+Names: a ``WorkerSettings`` field is the snake_case of its key (``cleaner.dedupeBufferBytes``
+→ ``dedupe_buffer_bytes``, the CRD's name, units last); :meth:`WorkerSettings.cleaner_config`
+hands the cleaner keys to ``CleanerConfig``, whose fields copy Kafka's keys
+(``log.cleaner.dedupe.buffer.size`` → ``dedupe_buffer_size``). Defaults and minimums come
+from storagecore.config.
+
 Unknown keys are errors that name the key; keys that only the operator uses (``size``,
 ``storageClassName``, ``image``, ``resources``, ``monitoring``) are accepted and ignored.
 Parsing is pure.
@@ -30,7 +36,12 @@ from typing import Any, Final
 
 import yaml
 
-from storagecore.config import CleanerConfig
+from storagecore.config import (
+    DEDUPE_BUFFER_SIZE_DEFAULT,
+    DEDUPE_BUFFER_SIZE_MIN_PER_THREAD,
+    CleanerConfig,
+    check_dedupe_buffer_size,
+)
 from storagecore.errors import ConfigError
 from storageworker.windows import CompactionWindows
 
@@ -45,8 +56,10 @@ class WorkerSettings:
 
     cleaner_threads: int = 1
     """``cleaner.threads``: log.cleaner.threads."""
-    dedupe_buffer_bytes: int = 128 * 1024 * 1024
-    """``cleaner.dedupeBufferBytes``: offset map memory of all cleaner threads together."""
+    dedupe_buffer_bytes: int = DEDUPE_BUFFER_SIZE_DEFAULT
+    """``cleaner.dedupeBufferBytes``: log.cleaner.dedupe.buffer.size, the offset map memory of
+    all cleaner threads together (``CleanerConfig.dedupe_buffer_size``); at least
+    ``DEDUPE_BUFFER_SIZE_MIN_PER_THREAD`` per thread."""
     io_max_bytes_per_second: float = math.inf
     """``cleaner.ioMaxBytesPerSecond``: read + write rate of all cleaner threads together."""
     backoff_ms: int = 15_000
@@ -94,7 +107,11 @@ class VolumeSettings:
 # (section, key) -> (field, kind, minimum)
 _FIELDS: Final[dict[tuple[str | None, str], tuple[str, type, float]]] = {
     ("cleaner", "threads"): ("cleaner_threads", int, 1),
-    ("cleaner", "dedupeBufferBytes"): ("dedupe_buffer_bytes", int, 1024),
+    ("cleaner", "dedupeBufferBytes"): (
+        "dedupe_buffer_bytes",
+        int,
+        DEDUPE_BUFFER_SIZE_MIN_PER_THREAD,
+    ),
     ("cleaner", "ioMaxBytesPerSecond"): ("io_max_bytes_per_second", float, 1),
     ("cleaner", "backoffMs"): ("backoff_ms", int, 0),
     (None, "retentionCheckIntervalMs"): ("retention_check_interval_ms", int, 1),
@@ -158,6 +175,17 @@ def parse_settings(data: Any, *, source: str = "<settings>") -> VolumeSettings:
         raise ConfigError(
             f"{source}: worker.logFormat must be plain or json, got {settings.log_format!r}"
         )
+    check_dedupe_buffer_size(
+        settings.dedupe_buffer_bytes,
+        settings.cleaner_threads,
+        key=f"{source}: cleaner.dedupeBufferBytes",
+    )
+    # Settings the cleaner cannot take are refused here, with the rest of the file: what the
+    # worker reports as in force is then what its cleaner runs with.
+    try:
+        settings.cleaner_config()
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: cleaner: {exc}") from None
     return VolumeSettings(settings, annotations)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.offset_map import ENTRY_BYTES
 from storagecore.config import TopicPartition
 from storagecore.log import Log
 from storageworker.worker import ConfigStatus, Worker
@@ -87,6 +88,23 @@ def partition_status(
     return entry
 
 
+def dedupe_buffer_status(requested_bytes: int, cleaner: LogCleaner) -> dict[str, Any]:
+    """The dedupe buffer as requested (``cleaner.dedupeBufferBytes`` of the settings in force)
+    and as applied: the cleaner's own config, and per thread the offset map it builds from it
+    (``map_memory_per_thread`` rounded down to whole slots, as ``SkimpyOffsetMap`` allocates;
+    a test checks the figures against the live maps)."""
+    applied = cleaner.config
+    slots = applied.map_memory_per_thread // ENTRY_BYTES
+    return {
+        "requestedBytes": requested_bytes,
+        "appliedBytes": applied.dedupe_buffer_size,
+        "threads": applied.threads,
+        "mapBytesPerThread": slots * ENTRY_BYTES,
+        "mapSlotsPerThread": slots,
+        "mapKeysPerRoundPerThread": int(slots * applied.io_buffer_load_factor),
+    }
+
+
 def volume_status(worker: Worker) -> dict[str, Any]:
     now = worker.clock.milliseconds()
     settings = worker.settings
@@ -145,6 +163,7 @@ def volume_status(worker: Worker) -> dict[str, Any]:
         )
     gauges = cleaner.gauges()
     document["cleaner"] = {
+        "dedupeBuffer": dedupe_buffer_status(settings.dedupe_buffer_bytes, cleaner),
         "threads": cleaner.thread_states(),
         "aliveThreads": cleaner.alive_threads,
         "roundsTotal": cleaner.rounds_total,

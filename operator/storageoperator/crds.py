@@ -15,7 +15,14 @@ from typing import Any, Final
 
 import yaml
 
-from storagecore.config import COMPRESSION_TYPES, INT_MAX, LONG_MAX, TIMESTAMP_TYPES
+from storagecore.config import (
+    COMPRESSION_TYPES,
+    DEDUPE_BUFFER_SIZE_DEFAULT,
+    DEDUPE_BUFFER_SIZE_MIN_PER_THREAD,
+    INT_MAX,
+    LONG_MAX,
+    TIMESTAMP_TYPES,
+)
 
 GROUP: Final = "logkeeper.io"
 VERSION: Final = "v1alpha1"
@@ -197,6 +204,16 @@ def storage_volume_crd() -> dict[str, Any]:
             "cleaner": {
                 "type": "object",
                 "description": "The log cleaner (Kafka's log.cleaner.* settings).",
+                "x-kubernetes-validations": [
+                    {
+                        # Kafka's rule, which one number of the schema cannot express.
+                        "rule": "!has(self.dedupeBufferBytes) || self.dedupeBufferBytes >= "
+                        f"{DEDUPE_BUFFER_SIZE_MIN_PER_THREAD} * "
+                        "(has(self.threads) ? self.threads : 1)",
+                        "message": "dedupeBufferBytes must be at least "
+                        f"{DEDUPE_BUFFER_SIZE_MIN_PER_THREAD} bytes per cleaner thread",
+                    }
+                ],
                 "properties": {
                     "threads": {
                         "type": "integer",
@@ -208,9 +225,11 @@ def storage_volume_crd() -> dict[str, Any]:
                     "dedupeBufferBytes": {
                         "type": "integer",
                         "format": "int64",
-                        "minimum": 1048576,
-                        "default": 134217728,
-                        "description": "log.cleaner.dedupe.buffer.size, split over the threads.",
+                        "minimum": DEDUPE_BUFFER_SIZE_MIN_PER_THREAD,
+                        "default": DEDUPE_BUFFER_SIZE_DEFAULT,
+                        "description": "log.cleaner.dedupe.buffer.size: offset map memory of "
+                        "all cleaner threads, split over them (at least "
+                        f"{DEDUPE_BUFFER_SIZE_MIN_PER_THREAD} per thread).",
                     },
                     "ioMaxBytesPerSecond": {
                         "type": "integer",

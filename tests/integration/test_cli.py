@@ -81,18 +81,33 @@ def test_produce_then_consume_round_trip(tmp_path: Path, codec: str) -> None:
     assert [json.loads(line)["offset"] for line in window.splitlines()] == [1, 2]
 
 
-def test_produce_rejects_bad_input_and_writes_nothing(tmp_path: Path) -> None:
+def test_produce_stops_at_a_bad_line_after_appending_the_lines_before_it(tmp_path: Path) -> None:
     bad = run(
         "produce",
         "--dir",
         str(tmp_path),
         "--topic",
         "t",
-        stdin=jsonl({"key": "a", "value": "1"}) + "{not json\n",
+        stdin=jsonl({"key": "a", "value": "1"}) + "{not json\n" + jsonl({"key": "b", "value": "2"}),
         check=False,
     )
     assert bad.returncode == 2 and "stdin line 2: not JSON" in bad.stderr
-    assert not (tmp_path / "t-0").exists()
+    assert "stdin lines 1-1 were appended (offsets 0-0), nothing after them" in bad.stderr
+    consumed = run("consume", "--dir", str(tmp_path), "--topic", "t").stdout.splitlines()
+    assert [json.loads(c)["value"] for c in consumed] == ["1"]
+    first_bad = run(
+        "produce",
+        "--dir",
+        str(tmp_path / "other"),
+        "--topic",
+        "t",
+        stdin="{not json\n",
+        check=False,
+    )
+    assert (
+        "stdin line 1: not JSON" in first_bad.stderr and "nothing was appended" in first_bad.stderr
+    )
+    assert not (tmp_path / "other" / "t-0").exists()
     wrong_type = run(
         "produce",
         "--dir",
@@ -344,3 +359,12 @@ def test_clean_reports_a_corrupt_partition(tmp_path: Path) -> None:
     assert first.read_bytes() == bytes(raw), "nothing rewritten from a corrupt segment"
     bad = run("clean", "--dir", str(data), "--topics", str(topics), "--topic", "nope", check=False)
     assert bad.returncode == 2 and "--topic nope: not declared" in bad.stderr
+
+
+def test_clean_refuses_a_dedupe_buffer_below_the_minimum(tmp_path: Path) -> None:
+    result = run("clean", "--dir", str(tmp_path), "--dedupe-buffer-bytes", "1000", check=False)
+    assert result.returncode == 2
+    assert (
+        "--dedupe-buffer-bytes: 1000 bytes for 1 cleaner thread(s) is below the minimum of "
+        "1048576 bytes per thread" in result.stderr
+    )

@@ -77,7 +77,7 @@ def test_unknown_time_zone_is_named() -> None:
 
 def test_bare_spec_and_defaults() -> None:
     volume = load_settings(
-        "cleaner: {threads: 2, dedupeBufferBytes: 1048576, backoffMs: 100}\n"
+        "cleaner: {threads: 2, dedupeBufferBytes: 2097152, backoffMs: 100}\n"
         "retentionCheckIntervalMs: 1000\n"
         "compactionWindows: {timeZone: UTC, windows: ['22:00-06:00']}\n"
         "worker: {logFormat: json, configReloadIntervalMs: 50}\n",
@@ -86,7 +86,7 @@ def test_bare_spec_and_defaults() -> None:
     settings = volume.settings
     assert (settings.cleaner_threads, settings.dedupe_buffer_bytes, settings.backoff_ms) == (
         2,
-        1048576,
+        2097152,
         100,
     )
     assert settings.retention_check_interval_ms == 1000
@@ -94,7 +94,7 @@ def test_bare_spec_and_defaults() -> None:
     assert settings.compaction_windows.describe() == "22:00-06:00 (UTC)"
     assert settings.flush_check_interval_ms == WorkerSettings().flush_check_interval_ms
     config = settings.cleaner_config()
-    assert (config.threads, config.dedupe_buffer_size) == (2, 1048576)
+    assert (config.threads, config.dedupe_buffer_size) == (2, 2097152)
     assert volume.annotations == {}
 
 

@@ -361,3 +361,53 @@ def test_status_document_describes_partitions(setup: Setup) -> None:
     assert entry["firstDirtyOffset"] == 25 and entry["dirtyRatio"] == 0.0
     assert status["dirs"][0]["online"] and status["dirs"][0]["disk"]["totalBytes"] > 0
     assert status["cleaner"]["roundsTotal"] == 1
+
+
+def test_status_reports_the_dedupe_buffer_requested_and_applied(setup: Setup) -> None:
+    # 3 threads and a size that is no multiple of them nor of the 24-byte slot: what each
+    # thread's map holds differs from a third of the request.
+    setup.settings.write_text(
+        "cleaner: {threads: 3, dedupeBufferBytes: 4194311}\n", encoding="utf-8"
+    )
+    worker = setup.start()
+    assert worker.cleaner is not None
+
+    def live_maps() -> set[tuple[int, int]]:
+        assert worker.cleaner is not None
+        return {
+            (state.cleaner.offset_map.memory_bytes, state.cleaner.offset_map.slots)
+            for state in worker.cleaner._threads
+        }
+
+    buffer = volume_status(worker)["cleaner"]["dedupeBuffer"]
+    assert buffer == {
+        "requestedBytes": 4194311,
+        "appliedBytes": 4194311,
+        "threads": 3,
+        "mapBytesPerThread": 1398096,  # 58254 slots of 24 bytes, of 4194311 // 3 = 1398103
+        "mapSlotsPerThread": 58254,
+        "mapKeysPerRoundPerThread": int(58254 * 0.9),
+    }
+    assert live_maps() == {(buffer["mapBytesPerThread"], buffer["mapSlotsPerThread"])}
+    # A reload changes both; a file the cleaner cannot take (below 1 MiB per thread) is
+    # refused whole, and the figures stay those of the maps in use.
+    setup.settings.write_text("cleaner: {threads: 2, dedupeBufferBytes: 2097152}\n")
+    worker.reload()
+    buffer = volume_status(worker)["cleaner"]["dedupeBuffer"]
+    assert (buffer["requestedBytes"], buffer["appliedBytes"], buffer["threads"]) == (
+        2097152,
+        2097152,
+        2,
+    )
+    assert (
+        live_maps()
+        == {(1048560, 43690)}
+        == {(buffer["mapBytesPerThread"], buffer["mapSlotsPerThread"])}
+    )
+    setup.settings.write_text("cleaner: {threads: 4, dedupeBufferBytes: 2097152}\n")
+    worker.reload()
+    assert "cleaner.dedupeBufferBytes: 2097152 bytes for 4 cleaner thread(s)" in (
+        worker.settings_status.error or ""
+    )
+    assert volume_status(worker)["cleaner"]["dedupeBuffer"] == buffer
+    assert live_maps() == {(1048560, 43690)}
