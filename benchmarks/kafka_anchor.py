@@ -1,0 +1,211 @@
+"""Kafka's own classes on our bytes: builds and runs the Java harness in ``kafka_anchor/``.
+
+Used by ``bench_cleaner.py`` and ``bench_log.py`` (and their smoke test) to put Kafka's figures
+beside ours in the same run, on the same files. The harness (``kafka_anchor/src/KafkaAnchor.java``,
+whose docstring says what exactly it measures) compiles against ``kafka-clients`` and
+``kafka-storage`` 4.3.1 as pinned in ``kafka_anchor/pom.xml``:
+
+1. the classpath is resolved once with ``mvn dependency:build-classpath`` (artifacts land in
+   ``~/.m2``) and cached in ``kafka_anchor/build/classpath.txt`` next to the pom's hash;
+2. the source is compiled with ``javac`` into ``kafka_anchor/build/classes`` (git-ignored) when it
+   or the classpath changed;
+3. each measurement is one ``java`` process printing one JSON object.
+
+What must not happen here: timing. The harness times itself (warm JIT, best of N) and this
+module only passes files and parses its answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "kafka_anchor"
+POM = HERE / "pom.xml"
+SOURCE = HERE / "src" / "KafkaAnchor.java"
+BUILD = HERE / "build"
+MAIN_CLASS = "KafkaAnchor"
+#: The JVM's heap: a 128 MiB offset map, two 256 KiB I/O buffers, the batches of an append run.
+JAVA_OPTIONS = ("-Xms1g", "-Xmx1g", "-XX:+UseParallelGC")
+
+
+class AnchorError(RuntimeError):
+    """Maven, javac or the harness failed; the message carries the tool's own output."""
+
+
+def missing_tools() -> list[str]:
+    """The tools the harness needs that are not on PATH (empty: it can run)."""
+    return [tool for tool in ("mvn", "javac", "java") if shutil.which(tool) is None]
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _run(command: list[str], what: str, timeout_s: float) -> str:
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AnchorError(f"{what}: no answer within {timeout_s:.0f} s: {command}") from exc
+    if done.returncode != 0:
+        raise AnchorError(
+            f"{what} failed (exit {done.returncode}): {' '.join(command)}\n"
+            f"{done.stdout[-4000:]}{done.stderr[-4000:]}"
+        )
+    return done.stdout
+
+
+def classpath() -> str:
+    """Kafka's jars as a classpath, resolved with Maven once per pom (then cached)."""
+    BUILD.mkdir(exist_ok=True)
+    cached, stamp = BUILD / "classpath.txt", BUILD / "classpath.stamp"
+    pom_hash = _digest(POM.read_bytes())
+    if cached.is_file() and stamp.is_file() and stamp.read_text() == pom_hash:
+        jars = cached.read_text().strip()
+        if all(Path(jar).is_file() for jar in jars.split(":")):
+            return jars
+    # -B: no colours or progress in the output; -q: only errors. First run downloads to ~/.m2.
+    _run(
+        [
+            "mvn", "-q", "-B", "-f", str(POM), "dependency:build-classpath",
+            f"-Dmdep.outputFile={cached}",
+        ],
+        "mvn dependency:build-classpath",
+        timeout_s=600,
+    )  # fmt: skip
+    stamp.write_text(pom_hash)
+    return cached.read_text().strip()
+
+
+def compiled() -> str:
+    """The classpath to run the harness with: its classes (compiled if stale) and Kafka's jars."""
+    jars = classpath()
+    classes, stamp = BUILD / "classes", BUILD / "classes.stamp"
+    source_hash = _digest(SOURCE.read_bytes(), jars.encode())
+    if not (stamp.is_file() and stamp.read_text() == source_hash):
+        shutil.rmtree(classes, ignore_errors=True)
+        classes.mkdir(parents=True)
+        _run(
+            ["javac", "-nowarn", "-d", str(classes), "-cp", jars, str(SOURCE)],
+            "javac",
+            timeout_s=300,
+        )
+        stamp.write_text(source_hash)
+    return f"{classes}:{jars}"
+
+
+def _int(result: dict[str, object], key: str) -> int:
+    value = result[key]
+    assert isinstance(value, int), (key, value)
+    return value
+
+
+def _float(result: dict[str, object], key: str) -> float:
+    value = result[key]
+    assert isinstance(value, int | float), (key, value)
+    return float(value)
+
+
+def _harness(args: list[str], timeout_s: float) -> dict[str, object]:
+    command = ["java", *JAVA_OPTIONS, "-cp", compiled(), MAIN_CLASS, *args]
+    out = _run(command, f"Kafka harness {args[0]}", timeout_s)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise AnchorError(f"Kafka harness {args[0]}: no JSON in its output:\n{out[-2000:]}")
+    result: dict[str, object] = json.loads(lines[-1])
+    return result
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KafkaClean:
+    """Kafka's cleaner passes over segments: map build + filterTo + write + flush."""
+
+    records: int
+    bytes_read: int
+    retained_records: int
+    retained_bytes: int
+    best_s: float
+    first_s: float  # the first run: cold JIT (what a fresh broker's first round would see)
+    output: Path | None  # the cleaned bytes of the last run, when asked to keep them
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.best_s
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / self.best_s / 1e6
+
+
+def kafka_clean(
+    segments: list[Path],
+    out_dir: Path,
+    *,
+    map_bytes: int = 128 << 20,
+    runs: int = 3,
+    warmup: int = 2,
+    keep_output: bool = False,
+    timeout_s: float = 1800,
+) -> KafkaClean:
+    """One cleaning round by Kafka's classes over ``segments`` (best of ``runs`` after
+    ``warmup`` untimed rounds); the cleaned file goes to ``out_dir``."""
+    args = ["clean", str(runs), str(warmup), str(map_bytes), str(out_dir)]
+    args += [str(s) for s in segments] + (["--keep"] if keep_output else [])
+    result = _harness(args, timeout_s)
+    output = result.get("output")
+    return KafkaClean(
+        records=_int(result, "records"),
+        bytes_read=_int(result, "bytes"),
+        retained_records=_int(result, "retained_records"),
+        retained_bytes=_int(result, "retained_bytes"),
+        best_s=_float(result, "best_s"),
+        first_s=_float(result, "first_s"),
+        output=Path(output) if isinstance(output, str) else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KafkaAppend:
+    """Kafka's leader append of batches versus a plain write of them, in one JVM."""
+
+    records: int
+    bytes: int
+    plain_s: float
+    kafka_s: float
+
+    @property
+    def ratio(self) -> float:
+        """Kafka's append throughput as a share of the plain write's."""
+        return self.plain_s / self.kafka_s
+
+
+def kafka_append(
+    batches_file: Path,
+    codec: str,
+    out_dir: Path,
+    *,
+    runs: int = 5,
+    warmup: int = 2,
+    timeout_s: float = 1800,
+) -> KafkaAppend:
+    """Append the batches of ``batches_file`` (all compressed with ``codec``) as Kafka's leader
+    does, and write them plainly, alternating; best of ``runs`` after ``warmup``."""
+    result = _harness(
+        ["append", str(runs), str(warmup), codec, str(out_dir), str(batches_file)], timeout_s
+    )
+    return KafkaAppend(
+        records=_int(result, "records"),
+        bytes=_int(result, "bytes"),
+        plain_s=_float(result, "plain_s"),
+        kafka_s=_float(result, "kafka_s"),
+    )
