@@ -1,121 +1,356 @@
-"""Cleaner throughput on a standard log, as a ratio of a plain copy of the same bytes.
+"""The cleaner beside Kafka's own classes on the same bytes, in one run.
 
-    .venv/bin/python benchmarks/bench_cleaner.py [--records 1000000] [--keys 100000]
+    .venv/bin/python benchmarks/bench_cleaner.py [--records 2000000] [--keys 100000] [--runs 3]
+        [--big] [--no-kafka] [--no-callgrind]
 
-The log (issue 3's standard): ``--records`` records with 16-byte keys drawn from ``--keys``
-distinct keys and 100-byte values, in batches of 100 records, uncompressed and lz4. One
-cleaning round over the whole log (map of 128 MiB, one thread), measured in one run against a
-plain copy of the same files (read 1 MiB chunks, write, one fsync each side). Printed: records/s
-and MB/s of the clean, the ratio to the copy, and the peak of traced allocations (tracemalloc)
-of a separate, smaller run (tracing slows Python down, so it is not timed).
+The standard log (issue 3): ``--records`` records with 16-byte keys drawn from ``--keys``
+distinct keys and 100-byte values, in batches of 100 records, uncompressed and lz4, written by
+storagecore into one segment (segment.bytes 1 GiB, Kafka's default) and rolled. Printed, per
+codec, records/s and MB/s (of the segment's bytes) of one cleaning round over the whole log:
 
-Target for now (issue 3): >= 1M records/s per cleaner thread, uncompressed. The first line
-printed says which implementation of the per-record work ran (``c``: the native path of
+* Kafka: Kafka 4.3.1's own classes on a copy-free read of that segment file (the harness in
+  ``kafka_anchor/``: SkimpyOffsetMap with MD5 filled from every key, ``MemoryRecords.filterTo``
+  with Cleaner's retention rule, the output appended to a ``FileRecords`` and flushed), warm JIT,
+  best of ``--runs``; its first (cold JIT) round is printed as well;
+* ours in-process: ``Cleaner(offset_map=SkimpyOffsetMap(128 MiB)).clean(CleanRequest(...))`` on a
+  fresh copy of the same log directory each run (the copy is not timed), best of ``--runs``;
+  the round includes what Kafka's harness leaves out (indexes, swap, checkpoint-ready stats);
+* ``logkeeper clean`` as a whole process (interpreter start, imports, loading the log, the
+  round, the swap, exit) on a fresh copy, wall time of the subprocess, best of ``--runs``;
+
+with the ratio to Kafka's warm figure and whether our cleaned segment is byte-identical to
+Kafka's output. Then (``--big``) the peak RSS of ``logkeeper clean`` over a log of
+``--big-keys`` distinct keys with a dedupe buffer small enough to need several rounds, against
+the bound dedupe buffer + 64 MiB; and (unless ``--no-callgrind``) instructions per record of a
+small clean under ``valgrind --tool=callgrind``: the Python process is run twice on the same
+log, once cleaning and once doing everything but the clean, and the difference of the two
+instruction totals is divided by the records (interpreter start-up and imports cancel out).
+
+Targets (issue): in-process >= 3x Kafka's records/s and >= 5M records/s uncompressed;
+``logkeeper clean`` as a process >= 3x Kafka on the standard log; peak RSS <= dedupe buffer +
+64 MiB. Timings are printed beside their targets with ok/BELOW and never asserted: the machine
+is shared, only the callgrind counts are stable from run to run.
+
+The first line says which implementation of the per-record work ran (``c``: the native path of
 storagecore.cleaner._native; ``python`` with STORAGECORE_NO_EXTENSIONS=1).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
-import tracemalloc
 from pathlib import Path
+
+import kafka_anchor
 
 from storagecore import Compression, LogConfig, LogManager, NewRecord, TopicPartition, build_batch
 from storagecore.cleaner import Cleaner, CleanRequest
 from storagecore.cleaner.offset_map import IMPLEMENTATION, SkimpyOffsetMap
 
-TP = TopicPartition("bench", 0)
+TOPIC = "bench"
+TP = TopicPartition(TOPIC, 0)
 BATCH_RECORDS = 100
+VALUE = bytes(range(100))
+SEGMENT_BYTES = 1 << 30  # Kafka's default segment.bytes: the standard log is one segment
+MAP_BYTES = 128 << 20  # log.cleaner.dedupe.buffer.size default, both sides
+RSS_SLACK_BYTES = 64 << 20  # the issue's bound: dedupe buffer + 64 MiB
+CONFIG = LogConfig(cleanup_policy=("compact",), segment_bytes=SEGMENT_BYTES)
+TOPICS_YAML = f"""\
+apiVersion: logkeeper.io/v1alpha1
+kind: Topic
+metadata:
+  name: {TOPIC}
+spec:
+  partitions: 1
+  config:
+    cleanup.policy: compact
+    segment.bytes: {SEGMENT_BYTES}
+"""
+# Targets (issue): ratios to Kafka's warm records/s, absolute records/s, memory.
+IN_PROCESS_RATIO_MIN = 3.0
+IN_PROCESS_RECORDS_PER_S_MIN = 5_000_000
+PROCESS_RATIO_MIN = 3.0
 
 
-def build_log(root: Path, records: int, keys: int, codec: Compression) -> LogManager:
-    config = LogConfig(cleanup_policy=("compact",), segment_bytes=64 << 20)
-    manager = LogManager([root], default_config=config)
-    log = manager.get_or_create_log(TP)
+def build_log(root: Path, records: int, keys: int, codec: Compression) -> Path:
+    """The standard log under ``root`` (a data dir); returns the partition directory. With
+    ``keys >= records`` every key is distinct (in order); otherwise drawn at random."""
     rng = random.Random(7)
-    value = bytes(range(100))
-    for first in range(0, records, BATCH_RECORDS):
-        log.append(
-            build_batch(
-                [
-                    NewRecord(key=b"key-%012d" % rng.randrange(keys), value=value, timestamp=first)
-                    for _ in range(min(BATCH_RECORDS, records - first))
-                ],
-                compression=codec,
+    with LogManager([root], default_config=CONFIG) as manager:
+        log = manager.get_or_create_log(TP)
+        for first in range(0, records, BATCH_RECORDS):
+            count = min(BATCH_RECORDS, records - first)
+            numbers = (
+                range(first, first + count)
+                if keys >= records
+                else [rng.randrange(keys) for _ in range(count)]
             )
+            batch = [NewRecord(key=b"key-%012d" % n, value=VALUE, timestamp=first) for n in numbers]
+            log.append(build_batch(batch, compression=codec))
+        log.roll()
+        log.flush()
+        return log.directory
+
+
+def segment_files(partition_dir: Path) -> list[Path]:
+    """The non-empty segment files (the rolled active segment is empty)."""
+    return [p for p in sorted(partition_dir.glob("*.log")) if p.stat().st_size > 0]
+
+
+def sha256(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclasses.dataclass
+class Ours:
+    best_s: float
+    records: int
+    bytes_read: int
+    cleaned_sha256: str
+
+
+def clean_in_process(data: Path, work: Path, runs: int) -> Ours:
+    """Best of ``runs`` rounds, each on a fresh (untimed) copy of the data dir."""
+    best = float("inf")
+    records = bytes_read = 0
+    digest = ""
+    for _ in range(runs):
+        shutil.copytree(data, work)
+        with LogManager([work], default_config=CONFIG) as manager:
+            log = manager.get_log(TP)
+            cleaner = Cleaner(offset_map=SkimpyOffsetMap(MAP_BYTES))
+            start = time.perf_counter()
+            stats = cleaner.clean(CleanRequest(log, 0, log.active_segment.base_offset))
+            best = min(best, time.perf_counter() - start)
+            records, bytes_read = stats.messages_read, stats.bytes_read
+            cleaned = [s.log.path for s in log.segments if s.size_bytes > 0]
+            digest = sha256(cleaned)
+        shutil.rmtree(work)
+    return Ours(best, records, bytes_read, digest)
+
+
+def logkeeper_command() -> list[str]:
+    script = Path(sys.executable).with_name("logkeeper")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "logkeeper.cli"]
+
+
+def run_logkeeper_clean(work: Path, topics: Path, dedupe_bytes: int) -> tuple[float, int, str]:
+    """Wall time, peak RSS (bytes) and stdout of one ``logkeeper clean`` process."""
+    command = [
+        *logkeeper_command(), "clean", "--dir", str(work), "--topics", str(topics),
+        "--dedupe-buffer-bytes", str(dedupe_bytes),
+    ]  # fmt: skip
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=err)
+        # wait4 reaps this child with its own rusage (ru_maxrss in KiB on Linux).
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.perf_counter() - start
+        process.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if code != 0:
+            raise RuntimeError(f"{' '.join(command)} exited {code}:\n{err.read().decode()}")
+        return elapsed, usage.ru_maxrss * 1024, out.read().decode()
+
+
+def clean_process(data: Path, work: Path, topics: Path, runs: int) -> float:
+    """Best wall time of ``runs`` ``logkeeper clean`` processes, each on a fresh copy."""
+    best = float("inf")
+    for _ in range(runs):
+        shutil.copytree(data, work)
+        elapsed, _, _ = run_logkeeper_clean(work, topics, MAP_BYTES)
+        best = min(best, elapsed)
+        shutil.rmtree(work)
+    return best
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "BELOW"
+
+
+def compare_codec(root: Path, args: argparse.Namespace, codec: Compression) -> list[str]:
+    """The standard log in one codec: Kafka, ours in-process, ours as a process."""
+    name = codec.config_name
+    data = root / f"data-{name}"
+    partition = build_log(data, args.records, args.keys, codec)
+    segments = segment_files(partition)
+    size = sum(p.stat().st_size for p in segments)
+    topics = root / "topics.yaml"
+    topics.write_text(TOPICS_YAML)
+    lines = [
+        f"{name}: {args.records} records in {len(segments)} segment(s), {size} bytes",
+        f"  {'one round over the whole log':34}{'records/s':>12}{'MB/s':>9}{'/Kafka':>8}",
+    ]
+    kafka = None
+    if not args.no_kafka:
+        kafka = kafka_anchor.kafka_clean(
+            segments, root, map_bytes=MAP_BYTES, runs=args.runs, warmup=2, keep_output=True
         )
-    log.roll()
-    log.flush()
-    return manager
+        assert kafka.records == args.records, (kafka.records, args.records)
+        lines.append(
+            f"  {'Kafka 4.3.1 classes, warm JIT':34}{kafka.records_per_s:>12,.0f}"
+            f"{kafka.mb_per_s:>9.1f}{'1.00':>8}"
+        )
+        lines.append(
+            f"  {'  (its first round, cold JIT)':34}{kafka.records / kafka.first_s:>12,.0f}"
+            f"{kafka.bytes_read / kafka.first_s / 1e6:>9.1f}{kafka.best_s / kafka.first_s:>8.2f}"
+        )
+    ours = clean_in_process(data, root / "work", args.runs)
+    assert ours.records == args.records, (ours.records, args.records)
+    process_s = clean_process(data, root / "work", topics, args.runs)
+    for label, seconds, ratio_min, absolute_min in (
+        ("ours, in-process Cleaner.clean", ours.best_s, IN_PROCESS_RATIO_MIN,
+         IN_PROCESS_RECORDS_PER_S_MIN if codec is Compression.NONE else None),
+        ("ours, `logkeeper clean` process", process_s, PROCESS_RATIO_MIN, None),
+    ):  # fmt: skip
+        records_per_s = args.records / seconds
+        line = f"  {label:34}{records_per_s:>12,.0f}{size / seconds / 1e6:>9.1f}"
+        targets = []
+        if kafka is not None:
+            ratio = kafka.best_s / seconds
+            line += f"{ratio:>8.2f}"
+            targets.append(f">= {ratio_min:.0f}x Kafka {verdict(ratio >= ratio_min)}")
+        else:
+            line += f"{'-':>8}"
+        if absolute_min is not None:
+            targets.append(
+                f">= {absolute_min / 1e6:.0f}M rec/s {verdict(records_per_s >= absolute_min)}"
+            )
+        lines.append((line + "  " + "; ".join(targets)).rstrip())
+    if kafka is not None and kafka.output is not None:
+        same = "yes" if sha256([kafka.output]) == ours.cleaned_sha256 else "NO"
+        lines.append(
+            f"  cleaned segment byte-identical to Kafka's filterTo output: {same}"
+            f" ({kafka.retained_records} of {kafka.records} records kept, "
+            f"{kafka.retained_bytes} bytes)"
+        )
+        kafka.output.unlink()
+    shutil.rmtree(data)
+    return lines
 
 
-def plain_copy(source: Path, target: Path) -> float:
-    start = time.perf_counter()
-    target.mkdir()
-    for path in sorted(source.glob("*.log")):
-        with open(path, "rb") as src, open(target / path.name, "wb") as dst:
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
-    return time.perf_counter() - start
+def big_rss(root: Path, keys: int, dedupe_bytes: int) -> str:
+    """Peak RSS of ``logkeeper clean`` over ``keys`` distinct keys in several rounds."""
+    data = root / "data-big"
+    build_log(data, keys, keys, Compression.NONE)
+    topics = root / "topics.yaml"
+    topics.write_text(TOPICS_YAML)
+    elapsed, rss, out = run_logkeeper_clean(data, topics, dedupe_bytes)
+    shutil.rmtree(data)
+    rounds = next((line.split()[0] for line in out.splitlines() if "round(s) over" in line), "?")
+    bound = dedupe_bytes + RSS_SLACK_BYTES
+    return (
+        f"peak RSS of `logkeeper clean`, {keys:,} distinct keys, dedupe buffer "
+        f"{dedupe_bytes >> 20} MiB, {rounds} round(s) in {elapsed:.1f} s: "
+        f"{rss / (1 << 20):.1f} MiB; bound {bound >> 20} MiB (buffer + 64 MiB) "
+        f"{verdict(rss <= bound)}"
+    )
 
 
-def clean_once(manager: LogManager, map_bytes: int) -> tuple[float, int, int]:
-    log = manager.get_log(TP)
-    cleaner = Cleaner(offset_map=SkimpyOffsetMap(map_bytes))
-    start = time.perf_counter()
-    stats = cleaner.clean(CleanRequest(log, 0, log.active_segment.base_offset))
-    elapsed = time.perf_counter() - start
-    return elapsed, stats.messages_read, stats.bytes_read
+# -- instructions per record (callgrind) --------------------------------------------------------
+CALLGRIND_MAP_BYTES = 8 << 20
+
+
+def callgrind_child(data: Path, clean: bool) -> None:
+    """Run under callgrind: open the log and (with ``clean``) clean it; nothing else."""
+    with LogManager([data], default_config=CONFIG) as manager:
+        log = manager.get_log(TP)
+        cleaner = Cleaner(offset_map=SkimpyOffsetMap(CALLGRIND_MAP_BYTES))
+        request = CleanRequest(log, 0, log.active_segment.base_offset)
+        if clean:
+            cleaner.clean(request)
+
+
+def callgrind_total(command: list[str], out_file: Path) -> int:
+    """Instructions (Ir) executed by ``command`` under callgrind, children not traced."""
+    env = dict(os.environ, PYTHONHASHSEED="0")  # the same hashing, the same instructions
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--trace-children=no",
+         f"--callgrind-out-file={out_file}", *command],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"callgrind of {command} exited {done.returncode}:\n{done.stderr}")
+    for line in out_file.read_text().splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {out_file}")
+
+
+def instructions_per_record(root: Path, records: int, keys: int, codec: Compression) -> float:
+    data = root / f"data-callgrind-{codec.config_name}"
+    build_log(data, records, keys, codec)
+    totals = {}
+    for mode in ("baseline", "clean"):
+        work = root / "work-callgrind"
+        shutil.copytree(data, work)
+        command = [sys.executable, __file__, "--callgrind-child", mode, "--dir", str(work)]
+        totals[mode] = callgrind_total(command, root / f"callgrind.{mode}.out")
+        shutil.rmtree(work)
+    shutil.rmtree(data)
+    return (totals["clean"] - totals["baseline"]) / records
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3, help="best of N runs per figure")
+    parser.add_argument("--no-kafka", action="store_true", help="skip Kafka's harness")
+    parser.add_argument("--big", action="store_true", help="measure the peak RSS (slow)")
+    parser.add_argument("--big-keys", type=int, default=10_000_000)
+    parser.add_argument("--big-dedupe-bytes", type=int, default=64 << 20)
+    parser.add_argument("--no-callgrind", action="store_true")
+    parser.add_argument("--callgrind-records", type=int, default=50_000)
+    parser.add_argument("--callgrind-child", choices=("baseline", "clean"), help=argparse.SUPPRESS)
+    parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.callgrind_child:
+        callgrind_child(args.dir, args.callgrind_child == "clean")
+        return
+    if not args.no_kafka and (missing := kafka_anchor.missing_tools()):
+        parser.error(f"Kafka's harness needs {', '.join(missing)} on PATH (or pass --no-kafka)")
     print(
         f"cleaner record work: {IMPLEMENTATION}; {args.records} records, {args.keys} distinct "
-        "16-byte keys, 100-byte values"
+        f"16-byte keys, 100-byte values, {BATCH_RECORDS}-record batches; best of {args.runs}"
     )
-    print(f"{'codec':6} {'records/s':>11} {'MB/s':>8} {'copy MB/s':>10} {'ratio':>6}")
-    for codec in (Compression.NONE, Compression.LZ4):
-        root = Path(tempfile.mkdtemp(prefix="bench-cleaner-"))
-        try:
-            manager = build_log(root / "data", args.records, args.keys, codec)
-            copy_s = plain_copy(root / "data" / "bench-0", root / "copy")
-            clean_s, messages, nbytes = clean_once(manager, 128 << 20)
-            manager.shutdown()
-            mib = nbytes / (1 << 20)
-            print(
-                f"{codec.config_name:6} {messages / clean_s:11.0f} {mib / clean_s:8.1f} "
-                f"{mib / copy_s:10.1f} {copy_s / clean_s:6.3f}"
-            )
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-    # Peak memory on a smaller log: the map dominates; the rest is one read chunk and a batch.
-    root = Path(tempfile.mkdtemp(prefix="bench-cleaner-mem-"))
+    root = Path(tempfile.mkdtemp(prefix="bench-cleaner-", dir=os.environ.get("BENCH_DIR")))
     try:
-        manager = build_log(root / "data", 100_000, 10_000, Compression.NONE)
-        map_bytes = 8 << 20
-        tracemalloc.start()
-        base, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        clean_once(manager, map_bytes)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        manager.shutdown()
-        used, rest = (peak - base) / (1 << 20), (peak - base - map_bytes) / (1 << 20)
-        print(
-            f"peak traced memory of a clean with an {map_bytes >> 20} MiB map: "
-            f"{used:.1f} MiB (map + {rest:.1f} MiB)"
-        )
+        for codec in (Compression.NONE, Compression.LZ4):
+            for line in compare_codec(root, args, codec):
+                print(line, flush=True)
+        if args.big:
+            print(big_rss(root, args.big_keys, args.big_dedupe_bytes), flush=True)
+        if not args.no_callgrind:
+            if shutil.which("valgrind") is None:
+                print("callgrind: valgrind not on PATH, skipped")
+            else:
+                for codec in (Compression.NONE, Compression.LZ4):
+                    per_record = instructions_per_record(
+                        root, args.callgrind_records, min(args.keys, args.callgrind_records), codec
+                    )
+                    print(
+                        f"callgrind, clean of {args.callgrind_records} records "
+                        f"{codec.config_name}: {per_record:,.0f} instructions per record "
+                        "(Ir of the clean minus Ir of the same process without it)",
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
