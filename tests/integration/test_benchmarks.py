@@ -1,0 +1,78 @@
+"""The benchmark scripts, end to end in a tiny mode, so that a broken benchmark is caught.
+
+Nothing here checks a timing (the machine is shared); only that each script runs, prints every
+section, and that what it compares is comparable: Kafka's cleaner and ours leave byte-identical
+segments. Kafka's Java harness runs when ``mvn``, ``javac`` and ``java`` are on PATH (the first
+run downloads Kafka's jars into ~/.m2), callgrind when ``valgrind`` is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+HAVE_JAVA = all(shutil.which(tool) for tool in ("mvn", "javac", "java"))
+HAVE_VALGRIND = shutil.which("valgrind") is not None
+
+
+def run_benchmark(script: str, *args: str, tmp_path: Path) -> str:
+    flags = [*args]
+    if not HAVE_JAVA:
+        flags.append("--no-kafka")
+    if not HAVE_VALGRIND:
+        flags.append("--no-callgrind")
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,  # the first run resolves Kafka's jars with Maven
+        env={**os.environ, "BENCH_DIR": str(tmp_path)},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
+    return result.stdout
+
+
+def test_bench_cleaner_tiny(tmp_path: Path) -> None:
+    out = run_benchmark(
+        "bench_cleaner.py",
+        "--records", "20000", "--keys", "2000", "--runs", "1",
+        "--big", "--big-keys", "20000", "--big-dedupe-bytes", str(24 * 8000),
+        "--callgrind-records", "3000",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    for codec in ("none", "lz4"):
+        assert f"{codec}: 20000 records in 1 segment(s)" in out, out
+        if HAVE_JAVA:
+            assert "Kafka 4.3.1 classes, warm JIT" in out, out
+        if HAVE_VALGRIND:
+            assert f"callgrind, clean of 3000 records {codec}:" in out, out
+    assert out.count("ours, in-process Cleaner.clean") == 2, out
+    assert out.count("ours, `logkeeper clean` process") == 2, out
+    if HAVE_JAVA:
+        assert out.count("byte-identical to Kafka's filterTo output: yes") == 2, out
+    # 20,000 distinct keys and a map of 7,200 usable slots: several rounds.
+    assert "peak RSS of `logkeeper clean`, 20,000 distinct keys" in out, out
+    assert " 3 round(s)" in out, out
+
+
+def test_bench_log_tiny(tmp_path: Path) -> None:
+    out = run_benchmark(
+        "bench_log.py", "--mib", "2", "--runs", "1", "--callgrind-mib", "1", tmp_path=tmp_path
+    )
+    for row in ("append none", "append lz4", "read by offset"):
+        assert row in out, out
+    if HAVE_JAVA:
+        assert "Kafka none: plain write" in out, out
+        assert "Kafka lz4: plain write" in out, out
+    if HAVE_VALGRIND:
+        assert "Log.append of" in out, out
