@@ -22,9 +22,10 @@ with the ratio to Kafka's warm figure and whether our cleaned segment is byte-id
 Kafka's output. Then (``--big``) the peak RSS of ``logkeeper clean`` over a log of
 ``--big-keys`` distinct keys with a dedupe buffer small enough to need several rounds, against
 the bound dedupe buffer + 64 MiB; and (unless ``--no-callgrind``) instructions per record of a
-small clean under ``valgrind --tool=callgrind``: the Python process is run twice on the same
-log, once cleaning and once doing everything but the clean, and the difference of the two
-instruction totals is divided by the records (interpreter start-up and imports cancel out).
+small clean under ``valgrind --tool=callgrind`` (``--callgrind-records`` records, as many per
+key as the standard log): the Python process is run twice on the same log, once cleaning and
+once doing everything but the clean, and the difference of the two instruction totals is
+divided by the records (interpreter start-up and imports cancel out).
 
 Targets (issue): in-process >= 3x Kafka's records/s and >= 5M records/s uncompressed;
 ``logkeeper clean`` as a process >= 3x Kafka on the standard log; peak RSS <= dedupe buffer +
@@ -80,9 +81,11 @@ IN_PROCESS_RECORDS_PER_S_MIN = 5_000_000
 PROCESS_RATIO_MIN = 3.0
 
 
-def build_log(root: Path, records: int, keys: int, codec: Compression) -> Path:
-    """The standard log under ``root`` (a data dir); returns the partition directory. With
-    ``keys >= records`` every key is distinct (in order); otherwise drawn at random."""
+def build_log(
+    root: Path, records: int, keys: int, codec: Compression, *, distinct: bool = False
+) -> Path:
+    """The standard log under ``root`` (a data dir): keys drawn at random from ``keys``, or with
+    ``distinct`` one record per key, in order. Returns the partition directory."""
     rng = random.Random(7)
     with LogManager([root], default_config=CONFIG) as manager:
         log = manager.get_or_create_log(TP)
@@ -90,7 +93,7 @@ def build_log(root: Path, records: int, keys: int, codec: Compression) -> Path:
             count = min(BATCH_RECORDS, records - first)
             numbers = (
                 range(first, first + count)
-                if keys >= records
+                if distinct
                 else [rng.randrange(keys) for _ in range(count)]
             )
             batch = [NewRecord(key=b"key-%012d" % n, value=VALUE, timestamp=first) for n in numbers]
@@ -187,15 +190,19 @@ def run_logkeeper_clean(
     return elapsed, rss, done.stdout
 
 
-def clean_process(data: Path, work: Path, topics: Path, runs: int) -> float:
-    """Best wall time of ``runs`` ``logkeeper clean`` processes, each on a fresh copy."""
+def clean_process(data: Path, work: Path, topics: Path, runs: int) -> tuple[float, str]:
+    """Best wall time of ``runs`` ``logkeeper clean`` processes, each on a fresh copy, and the
+    digest of the cleaned segments (to check that the process did the same work)."""
     best = float("inf")
+    digest = ""
     for _ in range(runs):
         shutil.copytree(data, work)
         elapsed, _, _ = run_logkeeper_clean(work, topics, MAP_BYTES)
         best = min(best, elapsed)
+        partition = work / f"{TP.topic}-{TP.partition}"
+        digest = sha256(segment_files(partition))
         shutil.rmtree(work)
-    return best
+    return best, digest
 
 
 def verdict(ok: bool) -> str:
@@ -231,7 +238,7 @@ def compare_codec(root: Path, args: argparse.Namespace, codec: Compression) -> l
         )
     ours = clean_in_process(data, root / "work", args.runs)
     assert ours.records == args.records, (ours.records, args.records)
-    process_s = clean_process(data, root / "work", topics, args.runs)
+    process_s, process_sha256 = clean_process(data, root / "work", topics, args.runs)
     for label, seconds, ratio_min, absolute_min in (
         ("ours, in-process Cleaner.clean", ours.best_s, IN_PROCESS_RATIO_MIN,
          IN_PROCESS_RECORDS_PER_S_MIN if codec is Compression.NONE else None),
@@ -252,13 +259,19 @@ def compare_codec(root: Path, args: argparse.Namespace, codec: Compression) -> l
             )
         lines.append((line + "  " + "; ".join(targets)).rstrip())
     if kafka is not None and kafka.output is not None:
-        same = "yes" if sha256([kafka.output]) == ours.cleaned_sha256 else "NO"
+        expected = sha256([kafka.output])
+        same = [
+            f"{'yes' if digest == expected else 'NO'} ({side})"
+            for side, digest in (("in-process", ours.cleaned_sha256), ("process", process_sha256))
+        ]
         lines.append(
-            f"  cleaned segment byte-identical to Kafka's filterTo output: {same}"
-            f" ({kafka.retained_records} of {kafka.records} records kept, "
-            f"{kafka.retained_bytes} bytes)"
+            f"  cleaned segment byte-identical to Kafka's filterTo output: {', '.join(same)}; "
+            f"{kafka.retained_records} of {kafka.records} records kept, "
+            f"{kafka.retained_bytes} bytes"
         )
         kafka.output.unlink()
+    elif process_sha256 != ours.cleaned_sha256:
+        lines.append("  the `logkeeper clean` process left other bytes than the in-process clean")
     shutil.rmtree(data)
     return lines
 
@@ -266,7 +279,7 @@ def compare_codec(root: Path, args: argparse.Namespace, codec: Compression) -> l
 def big_rss(root: Path, keys: int, dedupe_bytes: int) -> str:
     """Peak RSS of ``logkeeper clean`` over ``keys`` distinct keys in several rounds."""
     data = root / "data-big"
-    build_log(data, keys, keys, Compression.NONE)
+    build_log(data, keys, keys, Compression.NONE, distinct=True)
     topics = root / "topics.yaml"
     topics.write_text(TOPICS_YAML)
     elapsed, rss, out = run_logkeeper_clean(data, topics, dedupe_bytes, peak_rss=True)
@@ -361,12 +374,12 @@ def main() -> None:
             if shutil.which("valgrind") is None:
                 print("callgrind: valgrind not on PATH, skipped")
             else:
+                # As many records per key as the standard log (20 with the defaults).
+                keys = max(1, args.callgrind_records * args.keys // args.records)
                 for codec in (Compression.NONE, Compression.LZ4):
-                    per_record = instructions_per_record(
-                        root, args.callgrind_records, min(args.keys, args.callgrind_records), codec
-                    )
+                    per_record = instructions_per_record(root, args.callgrind_records, keys, codec)
                     print(
-                        f"callgrind, clean of {args.callgrind_records} records "
+                        f"callgrind, clean of {args.callgrind_records} records ({keys} keys) "
                         f"{codec.config_name}: {per_record:,.0f} instructions per record "
                         "(Ir of the clean minus Ir of the same process without it)",
                         flush=True,
