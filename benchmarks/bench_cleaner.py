@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 
 import kafka_anchor
+from callgrind import callgrind_total
 
 from storagecore import Compression, LogConfig, LogManager, NewRecord, TopicPartition, build_batch
 from storagecore.cleaner import Cleaner, CleanRequest
@@ -306,22 +307,6 @@ def callgrind_child(data: Path, clean: bool) -> None:
         request = CleanRequest(log, 0, log.active_segment.base_offset)
         if clean:
             cleaner.clean(request)
-
-
-def callgrind_total(command: list[str], out_file: Path) -> int:
-    """Instructions (Ir) executed by ``command`` under callgrind, children not traced."""
-    env = dict(os.environ, PYTHONHASHSEED="0")  # the same hashing, the same instructions
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--trace-children=no",
-         f"--callgrind-out-file={out_file}", *command],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"callgrind of {command} exited {done.returncode}:\n{done.stderr}")
-    for line in out_file.read_text().splitlines():
-        if line.startswith(("totals:", "summary:")):
-            return int(line.split()[1])
-    raise RuntimeError(f"no totals in {out_file}")
 
 
 def instructions_per_record(root: Path, records: int, keys: int, codec: Compression) -> float:

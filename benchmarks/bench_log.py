@@ -42,7 +42,6 @@ import argparse
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import kafka_anchor
+from callgrind import callgrind_total
 
 from storagecore import Compression, LogConfig, LogManager, NewRecord, TopicPartition, build_batch
 from storagecore.records import layout, scan
@@ -223,22 +223,6 @@ def callgrind_child(batches_file: Path, directory: Path, append: bool) -> None:
             for data in batches:
                 log.append(data)
         log.flush()
-
-
-def callgrind_total(command: list[str], out_file: Path) -> int:
-    """Instructions (Ir) executed by ``command`` under callgrind, children not traced."""
-    env = dict(os.environ, PYTHONHASHSEED="0")  # the same hashing, the same instructions
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--trace-children=no",
-         f"--callgrind-out-file={out_file}", *command],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"callgrind of {command} exited {done.returncode}:\n{done.stderr}")
-    for line in out_file.read_text().splitlines():
-        if line.startswith(("totals:", "summary:")):
-            return int(line.split()[1])
-    raise RuntimeError(f"no totals in {out_file}")
 
 
 def append_instructions_per_record(root: Path, batches: list[bytes], records: int) -> float:
