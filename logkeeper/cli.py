@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -330,11 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         return handlers[args.command](args)
+    except BrokenPipeError:
+        # The reader went away (`logkeeper consume | head`): not an error. Point stdout at
+        # /dev/null so that the interpreter's final flush does not raise again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (StorageError, ConfigError, OSError) as exc:
+        # BrokenPipeError is an OSError: the clause above must come first.
         print(f"logkeeper: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # pragma: no cover - e.g. `logkeeper consume | head`
-        return 0
 
 
 def cmd_dump_log(args: argparse.Namespace) -> int:

@@ -368,3 +368,29 @@ def test_clean_refuses_a_dedupe_buffer_below_the_minimum(tmp_path: Path) -> None
         "--dedupe-buffer-bytes: 1000 bytes for 1 cleaner thread(s) is below the minimum of "
         "1048576 bytes per thread" in result.stderr
     )
+
+
+def test_a_reader_that_goes_away_is_not_an_error(tmp_path: Path) -> None:
+    """`logkeeper consume | head -1`: the pipe closes long before the output ends; the command
+    exits 0 without a message (it used to report the BrokenPipeError and exit 2)."""
+    run(
+        "produce",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        stdin=jsonl(*({"key": f"k{i}", "value": "v" * 200} for i in range(3000))),
+    )
+    with subprocess.Popen(
+        [sys.executable, "-m", "logkeeper.cli", "consume", "--dir", str(tmp_path), "--topic", "t"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ) as consumer:
+        assert consumer.stdout is not None and consumer.stderr is not None
+        first = consumer.stdout.readline()
+        consumer.stdout.close()  # as `head -1` does after its line
+        stderr = consumer.stderr.read()
+        assert consumer.wait(timeout=120) == 0, stderr
+    assert json.loads(first)["offset"] == 0
+    assert stderr == b""
