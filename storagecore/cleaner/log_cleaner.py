@@ -201,6 +201,7 @@ class LogCleaner:
         log, tp = to_clean.log, to_clean.tp
         cleaner = state.cleaner
         end_offset: int | None = None
+        finished: CleanerStats | None = None
         state.busy_with = tp
         try:
             stats = cleaner.clean(
@@ -229,18 +230,9 @@ class LogCleaner:
                     stats.invalid_messages,
                     tp,
                 )
-            with self._lock:
-                state.last_stats = stats
-                self.last_stats[tp] = stats
-                self.last_clean_ms[tp] = self.clock.milliseconds()
-                self.rounds_total += 1
-                totals = self.totals
-                totals.rounds += 1
-                totals.bytes_read += stats.bytes_read + stats.map_bytes_read
-                totals.bytes_written += stats.bytes_written
-                totals.records_read += stats.messages_read
-                totals.records_removed += stats.messages_read - stats.messages_written
-                totals.duration_s += stats.elapsed_s
+            # Published in ``finally``, after done_cleaning: a status read never sees this
+            # round's result while the log is still LogCleaningInProgress.
+            finished = stats
             return stats
         except CleaningAbortedError:
             logger.info("Cleaning of %s was aborted", tp)
@@ -270,6 +262,23 @@ class LogCleaner:
             except OSError as exc:
                 logger.error("Cannot write the cleaner checkpoint of %s: %s", log.parent_dir, exc)
                 self.log_manager.handle_io_error(log.parent_dir, exc)
+            if finished is not None:
+                self._publish(state, tp, finished)
+
+    def _publish(self, state: _ThreadState, tp: TopicPartition, stats: CleanerStats) -> None:
+        """A finished round's figures, for status and metrics."""
+        with self._lock:
+            state.last_stats = stats
+            self.last_stats[tp] = stats
+            self.last_clean_ms[tp] = self.clock.milliseconds()
+            self.rounds_total += 1
+            totals = self.totals
+            totals.rounds += 1
+            totals.bytes_read += stats.bytes_read + stats.map_bytes_read
+            totals.bytes_written += stats.bytes_written
+            totals.records_read += stats.messages_read
+            totals.records_removed += stats.messages_read - stats.messages_written
+            totals.duration_s += stats.elapsed_s
 
     def delete_old_segments_of_compacted_logs(self) -> list[RetentionPlan]:
         """Retention for compacted logs, done by the cleaner so that it never runs under a
