@@ -327,6 +327,28 @@ done:
 
 /* ---- one validated batch (compressed ones, and what a region call left) ------------------ */
 
+/* The per-batch entry points' shared start: the map and its secret, a buffer at least a
+ * batch header long, its view, and scratch room for its records. 1 when ready; 0 when the
+ * records are declined (a count they cannot hold); -1 with an exception set. */
+static int open_one_batch(Py_buffer *table, Py_ssize_t slots, Py_buffer *secret,
+                          Py_buffer *batch, Py_buffer *payload, offset_map_t *map,
+                          sip_key_t *key, batch_view_t *view, scratch_t *scratch) {
+    if (open_map(table, slots, secret, map, key) < 0) return -1;
+    if (batch->len < RECORD_BATCH_OVERHEAD) {
+        PyErr_Format(PyExc_ValueError, "record batch of %zd bytes is smaller than its header",
+                     batch->len);
+        return -1;
+    }
+    view_batch((const uint8_t *)batch->buf, batch->len, (const uint8_t *)payload->buf,
+               payload->len, view);
+    if (!plausible_count(view->count, view->records_bytes)) return 0;
+    if (scratch_reserve(scratch, view->count) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 1;
+}
+
 /* put_keys(table, slots, size, capacity, secret, batch, payload, start)
  *   -> (size, puts, last_put_offset, walked, full, lookups, probes) | None
  *
@@ -343,21 +365,11 @@ static PyObject *put_keys(PyObject *self, PyObject *args) {
     offset_map_t map;
     sip_key_t key;
     scratch_t scratch = {0};
-    if (open_map(&table, slots, &secret, &map, &key) < 0) goto done;
-    if (batch.len < RECORD_BATCH_OVERHEAD) {
-        PyErr_Format(PyExc_ValueError, "record batch of %zd bytes is smaller than its header",
-                     batch.len);
-        goto done;
-    }
     batch_view_t view;
-    view_batch((const uint8_t *)batch.buf, batch.len, (const uint8_t *)payload.buf, payload.len,
-               &view);
-    if (!plausible_count(view.count, view.records_bytes)) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    if (scratch_reserve(&scratch, view.count) < 0) {
-        PyErr_NoMemory();
+    int opened = open_one_batch(&table, slots, &secret, &batch, &payload, &map, &key, &view,
+                                &scratch);
+    if (opened <= 0) {
+        if (opened == 0) result = Py_NewRef(Py_None);
         goto done;
     }
     map_progress_t p = {size, capacity, 0, 0, -1, 0, 0};
@@ -400,21 +412,15 @@ static PyObject *filter_records(PyObject *self, PyObject *args) {
     sip_key_t key;
     scratch_t scratch = {0};
     uint8_t *out = NULL;
-    if (open_map(&table, slots, &secret, &map, &key) < 0) goto done;
-    if (batch.len < RECORD_BATCH_OVERHEAD) {
-        PyErr_Format(PyExc_ValueError, "record batch of %zd bytes is smaller than its header",
-                     batch.len);
-        goto done;
-    }
     batch_view_t view;
-    view_batch((const uint8_t *)batch.buf, batch.len, (const uint8_t *)payload.buf, payload.len,
-               &view);
-    if (!plausible_count(view.count, view.records_bytes)) {
-        result = Py_NewRef(Py_None);
+    int opened = open_one_batch(&table, slots, &secret, &batch, &payload, &map, &key, &view,
+                                &scratch);
+    if (opened <= 0) {
+        if (opened == 0) result = Py_NewRef(Py_None);
         goto done;
     }
     out = (uint8_t *)PyMem_RawMalloc(filter_room(&view));
-    if (scratch_reserve(&scratch, view.count) < 0 || out == NULL) {
+    if (out == NULL) {
         PyErr_NoMemory();
         goto done;
     }

@@ -246,7 +246,25 @@ class SkimpyOffsetMap:
         """build_offset_map over the leading plain batches of ``region`` (see
         storagecore/cleaner/_native.c): keys at offsets >= ``start`` are put, and
         :attr:`latest_offset` follows as the reference moves it. None without the engine."""
-        return _map_region(self, region, start)
+        if self._native is None:
+            return None
+        size, latest, walked, consumed, batches, stop, lookups, probes, last_offset = (
+            self._native.map_region(
+                self._table,
+                self.slots,
+                self.size,
+                self.capacity,
+                self.secret,
+                region,
+                start,
+                self.latest_offset,
+            )
+        )
+        self.size = size
+        self.latest_offset = latest
+        self.lookups += lookups
+        self.probes += probes
+        return MappedRegion(consumed, batches, walked, RegionStop(stop), last_offset)
 
     def filter_region(
         self,
@@ -258,14 +276,20 @@ class SkimpyOffsetMap:
     ) -> FilteredRegion | None:
         """The cleaner's filter over the leading plain batches of ``region``; ``producers``
         from :func:`producer_pairs`. None without the engine."""
-        return _filter_region(
-            self,
-            region,
-            now_ms=now_ms,
-            new_horizon_ms=new_horizon_ms,
-            upper_bound=upper_bound,
-            producers=producers,
-        )
+        if self._native is None:
+            return None
+        (output, ends, consumed, batches, read, written, invalid, verbatim, rebuilt, horizon,
+         stop, lookups, probes, last_offset) = self._native.filter_region(
+            self._table, self.slots, self.latest_offset, self.secret, region, now_ms,
+            new_horizon_ms, upper_bound, producers,
+        )  # fmt: skip
+        self.lookups += lookups
+        self.probes += probes
+        ends_triples = tuple(_TRIPLE.iter_unpack(ends))
+        return FilteredRegion(
+            output, ends_triples, consumed, batches, read, written, invalid, verbatim, rebuilt,
+            horizon, RegionStop(stop), last_offset,
+        )  # fmt: skip
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
@@ -334,82 +358,3 @@ _PAIR: Final = struct.Struct("=qq")
 def producer_pairs(last_data_offsets: Mapping[int, int]) -> bytes:
     """Producer id → last data offset, packed as the C engine's filter_region takes them."""
     return b"".join(_PAIR.pack(pid, offset) for pid, offset in sorted(last_data_offsets.items()))
-
-
-def _map_region(
-    offset_map: SkimpyOffsetMap, region: bytes | bytearray | memoryview, start: int
-) -> MappedRegion | None:
-    native = offset_map._native
-    if native is None:
-        return None
-    size, latest, walked, consumed, batches, stop, lookups, probes, last_offset = native.map_region(
-        offset_map._table,
-        offset_map.slots,
-        offset_map.size,
-        offset_map.capacity,
-        offset_map.secret,
-        region,
-        start,
-        offset_map.latest_offset,
-    )
-    offset_map.size = size
-    offset_map.latest_offset = latest
-    offset_map.lookups += lookups
-    offset_map.probes += probes
-    return MappedRegion(consumed, batches, walked, RegionStop(stop), last_offset)
-
-
-def _filter_region(
-    offset_map: SkimpyOffsetMap,
-    region: bytes | bytearray | memoryview,
-    *,
-    now_ms: int,
-    new_horizon_ms: int,
-    upper_bound: int,
-    producers: bytes,
-) -> FilteredRegion | None:
-    native = offset_map._native
-    if native is None:
-        return None
-    (
-        output,
-        ends,
-        consumed,
-        batches,
-        read,
-        written,
-        invalid,
-        verbatim,
-        rebuilt,
-        horizon,
-        stop,
-        lookups,
-        probes,
-        last_offset,
-    ) = native.filter_region(
-        offset_map._table,
-        offset_map.slots,
-        offset_map.latest_offset,
-        offset_map.secret,
-        region,
-        now_ms,
-        new_horizon_ms,
-        upper_bound,
-        producers,
-    )
-    offset_map.lookups += lookups
-    offset_map.probes += probes
-    return FilteredRegion(
-        output,
-        tuple(_TRIPLE.iter_unpack(ends)),
-        consumed,
-        batches,
-        read,
-        written,
-        invalid,
-        verbatim,
-        rebuilt,
-        horizon,
-        RegionStop(stop),
-        last_offset,
-    )

@@ -59,17 +59,24 @@ class SegmentWalk:
         return memoryview(self._chunk)[offset : offset + size]
 
     def region(self) -> memoryview | None:
-        """The unread bytes of the current chunk, or of a new one when fewer than half a
-        region is left of it before the end of the file; None at the end of the segment."""
+        """The unread bytes of the current chunk, or of a new chunk when they do not hold the
+        next batch whole (so nothing is read twice but the start of one batch per chunk);
+        None at the end of the segment."""
         if self.position >= self.end:
             return None
         offset = self.position - self._chunk_start
-        left = len(self._chunk) - offset
-        if offset < 0 or (
-            left < REGION_BYTES // 2 and self._chunk_start + len(self._chunk) < self.end
-        ):
+        if offset < 0 or not self._holds_next_batch(offset):
             return self._view(min(REGION_BYTES, self.end - self.position))
         return memoryview(self._chunk)[offset:]
+
+    def _holds_next_batch(self, offset: int) -> bool:
+        left = len(self._chunk) - offset
+        if left < layout.LOG_OVERHEAD:
+            return False
+        length: int = layout.LOG_HEADER_PREFIX.unpack_from(self._chunk, offset)[1]
+        # A length that cannot be a batch still counts: the engine stops at it and the
+        # per-batch path reports it.
+        return length + layout.LOG_OVERHEAD <= left
 
     def advance(self, size: int) -> None:
         """``size`` bytes were taken by a region call."""
