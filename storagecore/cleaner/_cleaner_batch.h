@@ -226,6 +226,24 @@ typedef struct {
     int64_t max_timestamp, new_base;
 } filtered_t;
 
+/* rebuild_batch's framing (_assemble_batch) of the `size` bytes at out, whose records (or, for
+ * a compressed batch, compressed records) follow the header room: the original header with the
+ * new length, attributes (codec, timestamp type, transactional and control bits kept; the
+ * horizon bit as decided), base and max timestamps, record count, then the CRC. */
+static void frame_batch(uint8_t *out, const batch_view_t *view, const filtered_t *f,
+                        Py_ssize_t size) {
+    memcpy(out, view->batch, RECORD_BATCH_OVERHEAD);
+    int attributes = view->attributes &
+                     (CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK);
+    if (view->has_horizon || f->set_horizon) attributes |= DELETE_HORIZON_FLAG_MASK;
+    put32(out + LENGTH_OFFSET, (uint32_t)(size - LOG_OVERHEAD));
+    put16(out + ATTRIBUTES_OFFSET, (uint16_t)attributes);
+    put64(out + BASE_TIMESTAMP_OFFSET, f->new_base);
+    put64(out + MAX_TIMESTAMP_OFFSET, f->max_timestamp);
+    put32(out + RECORDS_COUNT_OFFSET, (uint32_t)f->kept);
+    put32(out + CRC_OFFSET, crc32c(out + ATTRIBUTES_OFFSET, (size_t)(size - ATTRIBUTES_OFFSET)));
+}
+
 /* Cleaner._retain_record over every record of one data batch, then what rebuild_batch would
  * write into out (filter_room bytes): for an uncompressed batch (frame) the whole rebuilt
  * batch, header and CRC included; for a compressed one the uncompressed kept records encoded
@@ -304,25 +322,10 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
         cursor = put_record(cursor, &records[i], delta);
     }
     Py_ssize_t out_bytes = cursor - out;
-    if (frame) {
-        /* _assemble_batch: the original header with the new length, attributes (codec,
-         * timestamp type, transactional and control bits kept; the horizon bit as decided),
-         * base and max timestamps, record count, then the CRC. */
-        memcpy(out, view->batch, RECORD_BATCH_OVERHEAD);
-        int attributes = view->attributes & (CODEC_MASK | TIMESTAMP_TYPE_MASK |
-                                             TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK);
-        if (has_horizon || f->set_horizon) attributes |= DELETE_HORIZON_FLAG_MASK;
-        put32(out + LENGTH_OFFSET, (uint32_t)(out_bytes - LOG_OVERHEAD));
-        put16(out + ATTRIBUTES_OFFSET, (uint16_t)attributes);
-        put64(out + BASE_TIMESTAMP_OFFSET, new_base);
-        put64(out + MAX_TIMESTAMP_OFFSET, max_timestamp);
-        put32(out + RECORDS_COUNT_OFFSET, (uint32_t)f->kept);
-        put32(out + CRC_OFFSET,
-              crc32c(out + ATTRIBUTES_OFFSET, (size_t)(out_bytes - ATTRIBUTES_OFFSET)));
-    }
-    f->out_bytes = out_bytes;
     f->max_timestamp = max_timestamp;
     f->new_base = new_base;
+    if (frame) frame_batch(out, view, f, out_bytes);
+    f->out_bytes = out_bytes;
     return 0;
 }
 

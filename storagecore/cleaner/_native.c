@@ -8,11 +8,15 @@
  *
  * - map_region / filter_region walk a region of a segment (many batches, one call) and take
  *   every leading batch that is complete, valid (length, magic, CRC-32C, counts, record
- *   framing) and plain: uncompressed, not a control batch, not transactional. They stop, having
- *   changed nothing for it, at the first batch that is not (or, filtering, at one whose kept
- *   records are none but which must be kept as an empty batch): the caller takes that batch
- *   with put_keys / filter_records or the reference, then calls again past it. So no Python
- *   runs per record, nor per batch for uncompressed data.
+ *   framing) and plain: not a control batch, not transactional. They stop, having changed
+ *   nothing for it, at the first batch that is not (or, filtering, at one whose kept records
+ *   are none but which must be kept as an empty batch): the caller takes that batch with
+ *   put_keys / filter_records or the reference, then calls again past it. So no Python runs
+ *   per record, nor per batch for uncompressed data. A compressed batch costs one call of the
+ *   caller's codec (storagecore.records.codecs, the reference's own functions, so the bytes
+ *   are the same) to decompress it and, when it is rebuilt, one to compress the kept records;
+ *   the call's failure leaves the batch to the per-batch path, which raises the reference's
+ *   error.
  * - put_keys / filter_records take one validated data batch, compressed ones with their
  *   records decompressed by the caller (one codec call per batch, never per record). They
  *   return None before changing anything for what they decline (a framing problem, a non-ASCII
@@ -38,20 +42,67 @@
 
 /* ---- regions: many batches, one call ----------------------------------------------------- */
 
+/* A region call's codecs, by codec id: the callables of a 5-tuple (index 0 unused) or none. */
+#define CODEC_IDS 5
+typedef struct {
+    PyObject *fn[CODEC_IDS];
+} codecs_t;
+
+/* 0 when codecs is None or a 5-tuple of callables or None; -1 with an exception set. */
+static int open_codecs(PyObject *codecs, codecs_t *table) {
+    memset(table, 0, sizeof(*table));
+    if (codecs == Py_None) return 0;
+    if (!PyTuple_Check(codecs) || PyTuple_GET_SIZE(codecs) != CODEC_IDS) {
+        PyErr_SetString(PyExc_TypeError, "codecs must be None or a tuple of 5, by codec id");
+        return -1;
+    }
+    for (Py_ssize_t id = 1; id < CODEC_IDS; id++) {
+        PyObject *fn = PyTuple_GET_ITEM(codecs, id);
+        if (fn == Py_None) continue;
+        if (!PyCallable_Check(fn)) {
+            PyErr_Format(PyExc_TypeError, "codec %zd of codecs is not callable", id);
+            return -1;
+        }
+        table->fn[id] = fn;
+    }
+    return 0;
+}
+
+/* With the GIL held: fn(memoryview of data[:size]) as a new bytes reference. NULL with no
+ * exception set when it raised an Exception or answered something else (the per-batch path
+ * then takes the batch and raises the reference's error); NULL with the exception kept for
+ * what is not an Exception (KeyboardInterrupt, SystemExit), which *raised is set for. The
+ * memoryview does not own the region: the codecs are storagecore's own, which keep no view. */
+static PyObject *call_codec(PyObject *fn, const uint8_t *data, Py_ssize_t size, int *raised) {
+    PyObject *view = PyMemoryView_FromMemory((char *)data, size, PyBUF_READ);
+    PyObject *answer = view == NULL ? NULL : PyObject_CallOneArg(fn, view);
+    Py_XDECREF(view);
+    if (answer != NULL && PyBytes_Check(answer)) return answer;
+    Py_XDECREF(answer);
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        *raised = 1;
+    } else {
+        PyErr_Clear();
+    }
+    return NULL;
+}
+
 /* Size of the batch at b when it is complete within avail bytes, valid as RecordBatch.validate
- * checks it (declared length, magic, CRC-32C, counts) and plain (uncompressed, not control, not
- * transactional); 0 when the region ends before the batch does; -1 when the caller's per-batch
- * path must take it (it raises the reference's error for an invalid one). */
-static Py_ssize_t plain_batch(const uint8_t *b, Py_ssize_t avail) {
+ * checks it (declared length, magic, CRC-32C, counts) and plain (not control, not
+ * transactional, uncompressed or compressed with a codec in codecs); 0 when the region ends
+ * before the batch does; -1 when the caller's per-batch path must take it (it raises the
+ * reference's error for an invalid one). */
+static Py_ssize_t plain_batch(const uint8_t *b, Py_ssize_t avail, const codecs_t *codecs) {
     if (avail < LOG_OVERHEAD) return 0;
     int32_t length = get32(b + LENGTH_OFFSET);
     if (length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD) return -1;
     Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
     if (size > avail) return 0;
     if (b[MAGIC_OFFSET] != CURRENT_MAGIC) return -1;
-    if (get16(b + ATTRIBUTES_OFFSET) & (CODEC_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) {
-        return -1;
-    }
+    int attributes = get16(b + ATTRIBUTES_OFFSET);
+    if (attributes & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) return -1;
+    int codec = attributes & CODEC_MASK;
+    if (codec != 0 && (codec >= CODEC_IDS || codecs->fn[codec] == NULL)) return -1;
     if (get32(b + RECORDS_COUNT_OFFSET) < 0 || get32(b + LAST_OFFSET_DELTA_OFFSET) < 0) return -1;
     uint32_t stored = (uint32_t)get32(b + CRC_OFFSET);
     if (crc32c(b + ATTRIBUTES_OFFSET, (size_t)(size - ATTRIBUTES_OFFSET)) != stored) return -1;
@@ -82,42 +133,63 @@ static int open_map(Py_buffer *table, Py_ssize_t slots, Py_buffer *secret, offse
     return 0;
 }
 
-/* map_region(table, slots, size, capacity, secret, region, start, latest_offset)
+/* map_region(table, slots, size, capacity, secret, region, start, latest_offset, decompressors)
  *   -> (size, latest_offset, walked, consumed, batches, stop, lookups, probes, last_offset)
  *
  * build_offset_map over the leading plain batches of region (see the top of this file): keys
  * of records at offsets >= start are put, latest_offset follows the puts and each batch's last
- * offset (when >= start), as the reference does. stop is STOP_END (every complete batch taken;
- * consumed < len(region) leaves an incomplete one), STOP_BATCH (the batch at consumed is for
- * the per-batch path) or STOP_FULL (the map filled inside the batch that ends at consumed;
- * walked counts its records up to there). last_offset is the last offset of the last batch
- * taken (-1 when none). */
+ * offset (when >= start), as the reference does. decompressors: None (compressed batches are
+ * not plain) or, by codec id, callables from a batch's compressed records to its records.
+ * stop is STOP_END (every complete batch taken; consumed < len(region) leaves an incomplete
+ * one), STOP_BATCH (the batch at consumed is for the per-batch path) or STOP_FULL (the map
+ * filled inside the batch that ends at consumed; walked counts its records up to there).
+ * last_offset is the last offset of the last batch taken (-1 when none). */
 static PyObject *map_region(PyObject *self, PyObject *args) {
     Py_buffer table, secret, region;
     Py_ssize_t slots, size, capacity;
     long long start, latest;
-    if (!PyArg_ParseTuple(args, "w*nnny*y*LL", &table, &slots, &size, &capacity, &secret,
-                          &region, &start, &latest))
+    PyObject *decompressors;
+    if (!PyArg_ParseTuple(args, "w*nnny*y*LLO", &table, &slots, &size, &capacity, &secret,
+                          &region, &start, &latest, &decompressors))
         return NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *records_held = NULL;
     offset_map_t map;
     sip_key_t key;
+    codecs_t codecs;
     scratch_t scratch = {0};
     if (open_map(&table, slots, &secret, &map, &key) < 0) goto done;
+    if (open_codecs(decompressors, &codecs) < 0) goto done;
     map_progress_t p = {size, capacity, 0, 0, -1, 0, 0};
     Py_ssize_t pos = 0, batches = 0;
-    int stop = STOP_END, oom = 0;
+    int stop = STOP_END, oom = 0, raised = 0;
     int64_t last_offset = -1;
     const uint8_t *base = (const uint8_t *)region.buf;
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
-        Py_ssize_t batch_size = plain_batch(base + pos, region.len - pos);
+        const uint8_t *b = base + pos;
+        Py_ssize_t batch_size = plain_batch(b, region.len - pos, &codecs);
         if (batch_size <= 0) {
             stop = batch_size == 0 ? STOP_END : STOP_BATCH;
             break;
         }
+        const uint8_t *records = NULL;
+        Py_ssize_t records_bytes = 0;
+        int codec = get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK;
+        if (codec != 0) {
+            Py_BLOCK_THREADS
+            Py_XDECREF(records_held);
+            records_held = call_codec(codecs.fn[codec], b + RECORD_BATCH_OVERHEAD,
+                                      batch_size - RECORD_BATCH_OVERHEAD, &raised);
+            Py_UNBLOCK_THREADS
+            if (records_held == NULL) {
+                stop = STOP_BATCH;
+                break;
+            }
+            records = (const uint8_t *)PyBytes_AS_STRING(records_held);
+            records_bytes = PyBytes_GET_SIZE(records_held);
+        }
         batch_view_t view;
-        view_batch(base + pos, batch_size, NULL, 0, &view);
+        view_batch(b, batch_size, records, records_bytes, &view);
         if (!plausible_count(view.count, view.records_bytes)) {
             stop = STOP_BATCH;
             break;
@@ -143,7 +215,10 @@ static PyObject *map_region(PyObject *self, PyObject *args) {
         if (last_offset >= start) latest = last_offset;
     }
     Py_END_ALLOW_THREADS
-    if (oom) {
+    Py_XDECREF(records_held);
+    if (raised) {
+        /* the codec's KeyboardInterrupt or SystemExit, as it was raised */
+    } else if (oom) {
         PyErr_NoMemory();
     } else if (p.overfull) {
         PyErr_SetString(PyExc_AssertionError, "put into a full offset map");
@@ -192,7 +267,7 @@ static int out_reserve(out_t *o, size_t more) {
 }
 
 /* filter_region(table, slots, latest_offset, secret, region, now_ms, new_horizon_ms,
- *               upper_bound, producers)
+ *               upper_bound, producers, decompressors, compressors)
  *   -> (output, batch_ends, consumed, batches, messages_read, messages_written, invalid,
  *       verbatim, rebuilt, next_horizon_ms, stop, lookups, probes, last_offset)
  *
@@ -200,22 +275,31 @@ static int out_reserve(out_t *o, size_t more) {
  * reference would append, batch by batch; batch_ends holds, per batch written, int64 triples
  * (end position in output, last offset, max timestamp) in native byte order, for the caller's
  * index-interval chunking. next_horizon_ms is the earliest delete horizon of a kept tombstone
- * (None when none). stop is STOP_END or STOP_BATCH as for map_region; a batch whose records
- * are all dropped but which must stay as an empty batch (the last batch of a producer, or the
- * one just below upper_bound) is left to the per-batch path. */
+ * (None when none). decompressors and compressors: None (compressed batches are not plain) or,
+ * by codec id, the callables the reference decompresses a batch's records and compresses a
+ * rebuilt batch's kept records with. stop is STOP_END or STOP_BATCH as for map_region; a batch
+ * whose records are all dropped but which must stay as an empty batch (the last batch of a
+ * producer, or the one just below upper_bound) is left to the per-batch path. */
 static PyObject *filter_region(PyObject *self, PyObject *args) {
     Py_buffer table, secret, region, producers;
     Py_ssize_t slots;
     long long latest_offset, now_ms, new_horizon_ms, upper_bound;
-    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*", &table, &slots, &latest_offset, &secret,
-                          &region, &now_ms, &new_horizon_ms, &upper_bound, &producers))
+    PyObject *decompressors, *compressors;
+    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*OO", &table, &slots, &latest_offset, &secret,
+                          &region, &now_ms, &new_horizon_ms, &upper_bound, &producers,
+                          &decompressors, &compressors))
         return NULL;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *records_held = NULL, *compressed_held = NULL;
     offset_map_t map;
     sip_key_t key;
+    codecs_t unpack, pack;
     scratch_t scratch = {0};
-    out_t out = {0}, ends = {0};
+    out_t out = {0}, ends = {0}, raw = {0};
     if (open_map(&table, slots, &secret, &map, &key) < 0) goto done;
+    if (open_codecs(decompressors, &unpack) < 0 || open_codecs(compressors, &pack) < 0) goto done;
+    for (Py_ssize_t id = 1; id < CODEC_IDS; id++) {
+        if (pack.fn[id] == NULL) unpack.fn[id] = NULL; /* a codec is plain with both ways only */
+    }
     if (producers.len % 16 != 0) {
         PyErr_SetString(PyExc_ValueError, "producers must be int64 pairs");
         goto done;
@@ -225,31 +309,53 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
     Py_ssize_t pos = 0, batches = 0, read = 0, written = 0, invalid = 0, verbatim = 0;
     Py_ssize_t rebuilt = 0;
     int64_t next_horizon = INT64_MAX, last_offset = -1;
-    int stop = STOP_END, oom = 0;
+    int stop = STOP_END, oom = 0, raised = 0;
     const uint8_t *base = (const uint8_t *)region.buf;
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
-        Py_ssize_t batch_size = plain_batch(base + pos, region.len - pos);
+        const uint8_t *b = base + pos;
+        Py_ssize_t batch_size = plain_batch(b, region.len - pos, &unpack);
         if (batch_size <= 0) {
             stop = batch_size == 0 ? STOP_END : STOP_BATCH;
             break;
         }
+        const uint8_t *records = NULL;
+        Py_ssize_t records_bytes = 0;
+        int codec = get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK;
+        if (codec != 0) {
+            Py_BLOCK_THREADS
+            Py_XDECREF(records_held);
+            records_held = call_codec(unpack.fn[codec], b + RECORD_BATCH_OVERHEAD,
+                                      batch_size - RECORD_BATCH_OVERHEAD, &raised);
+            Py_UNBLOCK_THREADS
+            if (records_held == NULL) {
+                stop = STOP_BATCH;
+                break;
+            }
+            records = (const uint8_t *)PyBytes_AS_STRING(records_held);
+            records_bytes = PyBytes_GET_SIZE(records_held);
+        }
         batch_view_t view;
-        view_batch(base + pos, batch_size, NULL, 0, &view);
+        view_batch(b, batch_size, records, records_bytes, &view);
         if (!plausible_count(view.count, view.records_bytes)) {
             stop = STOP_BATCH;
             break;
         }
-        if (scratch_reserve(&scratch, view.count) < 0 || out_reserve(&out, filter_room(&view)) < 0 ||
-            out_reserve(&ends, 3 * sizeof(int64_t)) < 0) {
+        /* Room for the batch verbatim or rebuilt in place (uncompressed), or for its kept
+         * records before compression. */
+        size_t room = filter_room(&view) + (size_t)batch_size;
+        if (scratch_reserve(&scratch, view.count) < 0 || out_reserve(&out, room) < 0 ||
+            out_reserve(&ends, 3 * sizeof(int64_t)) < 0 ||
+            (codec != 0 && out_reserve(&raw, filter_room(&view)) < 0)) {
             oom = 1;
             break;
         }
         filtered_t f;
         /* A batch left to the per-batch path is looked up again there: count it once. */
         unsigned long long lookups = map.lookups, probes = map.probes;
-        if (filter_batch(&map, key, latest_offset, &view, 1, now_ms, new_horizon_ms, &scratch,
-                         out.data + out.used, &f) < 0) {
+        uint8_t *target = codec != 0 ? raw.data : out.data + out.used;
+        if (filter_batch(&map, key, latest_offset, &view, codec == 0, now_ms, new_horizon_ms,
+                         &scratch, target, &f) < 0) {
             map.lookups = lookups;
             map.probes = probes;
             stop = STOP_BATCH;
@@ -268,6 +374,29 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
                 break;
             }
         }
+        if (codec != 0 && f.out_bytes > 0) {
+            /* rebuild_batch_from_payload: the kept records compressed, then framed. */
+            Py_BLOCK_THREADS
+            Py_XDECREF(compressed_held);
+            compressed_held = call_codec(pack.fn[codec], raw.data, f.out_bytes, &raised);
+            Py_UNBLOCK_THREADS
+            Py_ssize_t packed = compressed_held == NULL ? 0 : PyBytes_GET_SIZE(compressed_held);
+            if (compressed_held == NULL ||
+                out_reserve(&out, (size_t)(RECORD_BATCH_OVERHEAD + packed)) < 0) {
+                map.lookups = lookups;
+                map.probes = probes;
+                if (compressed_held == NULL) {
+                    stop = STOP_BATCH;
+                } else {
+                    oom = 1;
+                }
+                break;
+            }
+            memcpy(out.data + out.used + RECORD_BATCH_OVERHEAD, PyBytes_AS_STRING(compressed_held),
+                   (size_t)packed);
+            f.out_bytes = RECORD_BATCH_OVERHEAD + packed;
+            frame_batch(out.data + out.used, &view, &f, f.out_bytes);
+        }
         /* From here the batch is taken. */
         read += view.count;
         invalid += f.invalid;
@@ -277,7 +406,7 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
         }
         int64_t max_timestamp = view.max_timestamp;
         if (f.kept > 0 && f.out_bytes == 0) {
-            memcpy(out.data + out.used, view.batch, (size_t)batch_size);
+            memcpy(out.data + out.used, b, (size_t)batch_size);
             out.used += (size_t)batch_size;
             verbatim++;
             written += f.kept;
@@ -297,6 +426,9 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
         batches++;
     }
     Py_END_ALLOW_THREADS
+    Py_XDECREF(records_held);
+    Py_XDECREF(compressed_held);
+    if (raised) goto done; /* the codec's KeyboardInterrupt or SystemExit, as it was raised */
     if (oom) {
         PyErr_NoMemory();
         goto done;
@@ -318,6 +450,7 @@ done:
     scratch_free(&scratch);
     PyMem_RawFree(out.data);
     PyMem_RawFree(ends.data);
+    PyMem_RawFree(raw.data);
     PyBuffer_Release(&table);
     PyBuffer_Release(&secret);
     PyBuffer_Release(&region);

@@ -4,6 +4,8 @@ Checked against the built module by tests/unit/storagecore/test_native_stubs.py 
 stubtest).
 """
 
+from collections.abc import Callable
+
 from typing_extensions import Buffer
 
 # The v2 batch layout (storagecore/records/_layout.h; test_native_layout.py checks each).
@@ -53,6 +55,7 @@ def map_region(
     region: Buffer,
     start: int,
     latest_offset: int,
+    decompressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
     /,
 ) -> tuple[int, int, int, int, int, int, int, int, int]: ...
 def filter_region(
@@ -65,6 +68,8 @@ def filter_region(
     new_horizon_ms: int,
     upper_bound: int,
     producers: Buffer,
+    decompressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
+    compressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
     /,
 ) -> tuple[bytes, bytes, int, int, int, int, int, int, int, int | None, int, int, int, int]: ...
 def put_keys(

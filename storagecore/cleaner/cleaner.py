@@ -232,11 +232,12 @@ class Cleaner:
                 taken = walk.next_batch()
                 if taken is None:
                     break
-                _position, batch = taken
+                position, batch = taken
                 stats.map_bytes_read += batch.size_bytes
                 self._throttle(batch.size_bytes)
-                if self._map_batch(batch, start, txns, stats):
-                    return True
+                with walk.located(position):
+                    if self._map_batch(batch, start, txns, stats):
+                        return True
                 last_offset = batch.last_offset
                 if last_offset >= start:
                     offset_map.update_latest_offset(last_offset)
@@ -366,12 +367,13 @@ class Cleaner:
                     taken = walk.next_batch()
                     if taken is None:
                         break
-                    _position, batch = taken
+                    position, batch = taken
                     stats.bytes_read += batch.size_bytes
                     self._throttle(batch.size_bytes)
-                    self._filter_batch(
-                        batch, output, txns, producers, upper_bound, now_ms, horizon, stats
-                    )
+                    with walk.located(position):
+                        self._filter_batch(
+                            batch, output, txns, producers, upper_bound, now_ms, horizon, stats
+                        )
                 output.flush()
             cleaned.on_become_inactive_segment()
             cleaned.flush()

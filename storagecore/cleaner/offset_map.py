@@ -34,13 +34,16 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import functools
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from storagecore.cleaner.siphash import C_ROUNDS, D_ROUNDS, SECRET_BYTES, siphash128
 from storagecore.native import load_extension
+from storagecore.records import codecs
+from storagecore.records.codecs import Compression
 
 _NATIVE = load_extension("storagecore.cleaner._native")
 #: "c" or "python": which implementation of the per-record work this process uses.
@@ -52,6 +55,18 @@ ENTRY_BYTES: Final = HASH_BYTES + OFFSET.size
 _INT32: Final = struct.Struct(">i")
 _EMPTY: Final = bytes(ENTRY_BYTES)
 assert ENTRY_BYTES == 24
+
+Codec = Callable[[memoryview], bytes]
+#: The region calls' codecs by codec id (0, none, unused): the reference's own functions, so a
+#: batch the engine rebuilds is compressed to the same bytes as one the reference rebuilds.
+DECOMPRESSORS: Final[tuple[Codec | None, ...]] = tuple(
+    None if codec is Compression.NONE else functools.partial(codecs.decompress, codec)
+    for codec in sorted(Compression, key=int)
+)
+COMPRESSORS: Final[tuple[Codec | None, ...]] = tuple(
+    None if codec is Compression.NONE else functools.partial(codecs.compress, codec)
+    for codec in sorted(Compression, key=int)
+)
 
 
 def key_digest(key: bytes | bytearray | memoryview, secret: bytes) -> bytes:
@@ -244,7 +259,8 @@ class SkimpyOffsetMap:
 
     def map_region(self, region: bytes | bytearray | memoryview, start: int) -> MappedRegion | None:
         """build_offset_map over the leading plain batches of ``region`` (see
-        storagecore/cleaner/_native.c): keys at offsets >= ``start`` are put, and
+        storagecore/cleaner/_native.c; compressed ones are decompressed with
+        :data:`DECOMPRESSORS`, one call per batch): keys at offsets >= ``start`` are put, and
         :attr:`latest_offset` follows as the reference moves it. None without the engine."""
         if self._native is None:
             return None
@@ -258,6 +274,7 @@ class SkimpyOffsetMap:
                 region,
                 start,
                 self.latest_offset,
+                DECOMPRESSORS,
             )
         )
         self.size = size
@@ -281,7 +298,7 @@ class SkimpyOffsetMap:
         (output, ends, consumed, batches, read, written, invalid, verbatim, rebuilt, horizon,
          stop, lookups, probes, last_offset) = self._native.filter_region(
             self._table, self.slots, self.latest_offset, self.secret, region, now_ms,
-            new_horizon_ms, upper_bound, producers,
+            new_horizon_ms, upper_bound, producers, DECOMPRESSORS, COMPRESSORS,
         )  # fmt: skip
         self.lookups += lookups
         self.probes += probes

@@ -1,6 +1,6 @@
 """A segment read in regions for the cleaner's two passes: whole regions for the C engine,
-one batch at a time for everything it leaves (compressed, control and transactional batches,
-and the pure-Python reference).
+one batch at a time for everything it leaves (control and transactional batches, and the
+pure-Python reference).
 
 :class:`SegmentWalk` reads a segment from a position in chunks of about :data:`REGION_BYTES`
 and keeps one cursor for both kinds of caller, so that a pass alternates between region calls
@@ -8,11 +8,14 @@ and single batches without reading anything twice. The checks of a single batch 
 FileRecords.batches' framing and RecordBatch.validate; a batch that fails them, or a tail
 that is not a complete batch, raises :class:`CorruptRecordError` naming the partition, the file
 and the position (the cleaner then marks the partition uncleanable: nothing is rewritten from
-bad bytes). Reads only; owned by one pass of one cleaner thread.
+bad bytes); so does an error inside a batch's records, raised under :meth:`SegmentWalk.located`.
+Reads only; owned by one pass of one cleaner thread.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Final, Protocol
 
 from storagecore.config import TopicPartition
@@ -115,6 +118,17 @@ class SegmentWalk:
             ) from exc
         self.position += size
         return position, batch
+
+    @contextlib.contextmanager
+    def located(self, position: int) -> Iterator[None]:
+        """Errors found inside the batch at ``position`` (its records do not decompress or do
+        not parse) name the partition, the file and the position, as framing errors do."""
+        try:
+            yield
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"{self.tp}: {self.file.path} at position {position}: {exc}"
+            ) from exc
 
     def _incomplete(self) -> CorruptRecordError:
         # A sealed segment must end on a batch boundary (FileRecords.batches stops quietly).

@@ -78,10 +78,10 @@ _LZ4_KAFKA_DEFAULT_LEVEL: Final = 9
 assert _XERIAL_HEADER.size == 16
 
 
-def compress(codec: Compression, data: bytes, level: int | None = None) -> bytes:
+def compress(codec: Compression, data: bytes | memoryview, level: int | None = None) -> bytes:
     """Compress ``data`` the way Kafka's producer and broker frame it for ``codec``."""
     if codec is Compression.NONE:
-        return data
+        return bytes(data)
     if codec is Compression.GZIP:
         gzip_level = DEFAULT_LEVELS[codec] if level is None else level
         compressor = zlib.compressobj(gzip_level, zlib.DEFLATED, 31)  # 31: gzip header/trailer

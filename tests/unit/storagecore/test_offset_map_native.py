@@ -393,7 +393,7 @@ class _Counting:
         return call
 
 
-def _keyed_log(directory: Path, codecs: list[Compression]) -> Log:
+def _keyed_log(directory: Path, codecs: list[Compression], *, roll: bool = True) -> Log:
     log = Log.open(directory, LogConfig(cleanup_policy=("compact",)), ManualClock(START_MS))
     for round_, codec in enumerate(codecs):
         log.append(
@@ -402,7 +402,8 @@ def _keyed_log(directory: Path, codecs: list[Compression]) -> Log:
                 compression=codec,
             )
         )
-    log.roll()
+    if roll:
+        log.roll()
     return log
 
 
@@ -410,10 +411,10 @@ def _keyed_log(directory: Path, codecs: list[Compression]) -> Log:
 @pytest.mark.parametrize(
     ("codec", "expected"),
     [
-        # Uncompressed: the region calls take every batch, no per-batch call runs.
-        (Compression.NONE, {"map_region": 20, "filter_region": 20}),
-        # Compressed: one call per batch, after decompression (never one per record).
-        (Compression.LZ4, {"put_keys": 20, "filter_records": 20}),
+        # The region calls take every batch, no per-batch call runs; a compressed batch costs
+        # one codec call per pass (and one more when rebuilt), never one per record.
+        (codec, {"map_region": 20, "filter_region": 20})
+        for codec in Compression
     ],
 )
 def test_native_path_takes_every_plain_data_batch(
@@ -436,9 +437,20 @@ def test_native_path_takes_every_plain_data_batch(
 
 @needs_native
 def test_a_region_stops_at_the_first_batch_it_does_not_take(tmp_path: Path) -> None:
-    """Plain batches, a compressed one, plain again: the first call takes the leading plain
-    batches and stops at the compressed one; a truncated last batch is left (STOP_END)."""
-    log = _keyed_log(tmp_path / "t-0", [Compression.NONE] * 3 + [Compression.GZIP] * 1)
+    """Plain batches (uncompressed and compressed), then a transactional one: the first call
+    takes the leading plain batches and stops at the transactional one; a truncated last batch
+    is left (STOP_END)."""
+    codecs = [Compression.NONE, Compression.GZIP, Compression.NONE]
+    log = _keyed_log(tmp_path / "t-0", codecs, roll=False)
+    log.append(
+        build_batch(
+            [NewRecord(key=b"k%d" % i, value=b"t") for i in range(10)],
+            producer_id=1,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+        )
+    )
     data = log.segments[0].log.read(0, log.segments[0].log.size_bytes)
     sizes = [batch.size_bytes for _position, batch in log.segments[0].log.batches()]
     offset_map = SkimpyOffsetMap(24 * 64, secret=SECRET)
@@ -477,4 +489,66 @@ def test_a_corrupt_batch_in_a_region_fails_the_clean_naming_file_and_position(
             CleanRequest(log, 0, log.active_segment.base_offset)
         )
     assert log.segments[0].log.path.read_bytes() == before
+    log.close()
+
+
+def _recrc(data: bytearray, position: int) -> None:
+    """A batch at ``position`` whose bytes were changed, given a matching CRC again."""
+    size = layout.LOG_OVERHEAD + int.from_bytes(data[position + 8 : position + 12], "big")
+    crc = crc32c_package.crc32c(bytes(data[position + layout.ATTRIBUTES_OFFSET : position + size]))
+    data[position + layout.CRC_OFFSET : position + layout.CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+
+
+@needs_native
+@pytest.mark.parametrize("native", [True, False])
+def test_a_compressed_batch_that_does_not_decompress_fails_the_clean_naming_it(
+    tmp_path: Path, native: bool
+) -> None:
+    """A gzip batch whose CRC matches but whose payload is not gzip: the region call's codec
+    fails, the engine leaves the batch to the per-batch path, which raises the reference's
+    error with file and position; the reference alone gives the same error."""
+    log = _keyed_log(tmp_path / "t-0", [Compression.GZIP] * 3)
+    segment = log.segments[0]
+    sizes = [batch.size_bytes for _position, batch in segment.log.batches()]
+    position = sizes[0]
+    path = segment.log.path
+    data = bytearray(path.read_bytes())
+    start = position + layout.RECORD_BATCH_OVERHEAD
+    data[start : start + 10] = b"not gzip!!"
+    _recrc(data, position)
+    path.write_bytes(data)
+    offset_map = SkimpyOffsetMap(24 * 64)
+    if not native:
+        offset_map._native = None
+    with pytest.raises(CorruptRecordError, match=f"at position {position}: .*gzip"):
+        Cleaner(offset_map=offset_map).clean(CleanRequest(log, 0, log.active_segment.base_offset))
+    assert log.segments[0].log.path.read_bytes() == data
+    log.close()
+
+
+@needs_native
+@pytest.mark.parametrize("call", ["map_region", "filter_region"])
+def test_an_interrupt_inside_a_codec_call_propagates(tmp_path: Path, call: str) -> None:
+    """A KeyboardInterrupt raised while the engine waits on a codec is not swallowed as a
+    batch to decline: it leaves the region call as it was raised."""
+    assert _native is not None
+    log = _keyed_log(tmp_path / "t-0", [Compression.LZ4] * 2)
+    data = log.segments[0].log.read(0, log.segments[0].log.size_bytes)
+
+    def interrupted(_payload: memoryview) -> bytes:
+        raise KeyboardInterrupt
+
+    codecs = (None, None, None, interrupted, None)
+    offset_map = SkimpyOffsetMap(24 * 64, secret=SECRET)
+    with pytest.raises(KeyboardInterrupt):
+        if call == "map_region":
+            _native.map_region(
+                offset_map._table, offset_map.slots, 0, offset_map.capacity, SECRET, data, 0,
+                -1, codecs,
+            )  # fmt: skip
+        else:
+            _native.filter_region(
+                offset_map._table, offset_map.slots, 100, SECRET, data, START_MS, START_MS,
+                1000, b"", codecs, codecs,
+            )  # fmt: skip
     log.close()
