@@ -47,7 +47,7 @@ STOP_FULL: int
 def siphash(data: Buffer, secret: Buffer, c_rounds: int, d_rounds: int, /) -> bytes: ...
 def crc32c(data: Buffer, /) -> int: ...
 def map_region(
-    table: bytearray,
+    table: Buffer,
     slots: int,
     size: int,
     capacity: int,
@@ -73,7 +73,7 @@ def filter_region(
     /,
 ) -> tuple[bytes, bytes, int, int, int, int, int, int, int, int | None, int, int, int, int]: ...
 def put_keys(
-    table: bytearray,
+    table: Buffer,
     slots: int,
     size: int,
     capacity: int,
