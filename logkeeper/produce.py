@@ -171,7 +171,7 @@ class Appender:
     def append(self, pending: PendingBatch | None) -> None:
         from storagecore.errors import StorageError
         from storagecore.log_validator import validate_and_assign_offsets
-        from storagecore.records.batch import build_batch
+        from storagecore.records.memory_records_builder import build_batch
 
         if pending is None:
             return

@@ -33,16 +33,9 @@ from storagecore.log import (
 )
 from storagecore.log_manager import LogManager
 from storagecore.log_validator import AppendOrigin
-from storagecore.records.batch import (
-    ControlType,
-    NewRecord,
-    Record,
-    RecordBatch,
-    TimestampType,
-    build_batch,
-    build_control_batch,
-)
+from storagecore.records.batch import ControlType, NewRecord, Record, RecordBatch, TimestampType
 from storagecore.records.codecs import Compression
+from storagecore.records.memory_records_builder import build_batch, build_control_batch
 
 __all__ = [
     "EARLIEST_TIMESTAMP",

@@ -19,8 +19,7 @@ from typing import Final, NamedTuple
 
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
-from storagecore.records import batch as batch_module
-from storagecore.records import layout
+from storagecore.records import layout, memory_records_builder
 from storagecore.records.batch import RecordBatch, TimestampType
 from storagecore.records.codecs import (
     DEFAULT_LEVELS,
@@ -237,7 +236,7 @@ def validate_and_assign_offsets(
         if target is not codec and count and not is_control:
             source = RecordBatch(view[pos : pos + size])
             rebuilt = bytearray(
-                batch_module.rebuild_batch(
+                memory_records_builder.rebuild_batch(
                     source,
                     source.records(),
                     compression=target,
@@ -259,13 +258,15 @@ def validate_and_assign_offsets(
                 buffer, at + layout.PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch
             )
         if not create_time:
-            batch_module.set_max_timestamp(buffer, at, batch_size, timestamp_type, now_ms)
+            memory_records_builder.set_max_timestamp(buffer, at, batch_size, timestamp_type, now_ms)
             batch_max = now_ms
         else:
             batch_max = scan_max if count else batch_max_timestamp
             type_bit = bool(attributes & layout.TIMESTAMP_TYPE_MASK)
             if batch_max != batch_max_timestamp or type_bit:
-                batch_module.set_max_timestamp(buffer, at, batch_size, timestamp_type, batch_max)
+                memory_records_builder.set_max_timestamp(
+                    buffer, at, batch_size, timestamp_type, batch_max
+                )
         if buffer is not out:
             replacements.append((pos, size, bytes(buffer)))
         last_offset = assigned + last_delta

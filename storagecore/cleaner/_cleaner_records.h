@@ -1,6 +1,6 @@
 /* The cleaner's view of v2 records: parse an uncompressed payload into record_t's, and
- * re-encode kept records as storagecore/records/batch.py's encode_record does. Included by
- * storagecore/cleaner/_native.c only. The byte layout and varints are storagecore/records/
+ * re-encode kept records as encode_record (storagecore/records/memory_records_builder.py)
+ * does. Included by storagecore/cleaner/_native.c only. The byte layout and varints are storagecore/records/
  * _layout.h's; the record framing is the one record walker, storagecore/records/_walker.h.
  */
 #ifndef STORAGECORE_CLEANER_RECORDS_H

@@ -3,7 +3,7 @@
  * The reference is pure Python: storagecore/cleaner/offset_map.py (the map and its SipHash-1-3
  * key digests, storagecore/cleaner/siphash.py) and storagecore/cleaner/cleaner.py
  * (Cleaner.build_offset_map and Cleaner._filter_batch, which decode every record with
- * storagecore.records.batch). The functions here take over only what that reference would do
+ * storagecore.records.batch and rebuild with storagecore.records.memory_records_builder). The functions here take over only what that reference would do
  * without raising, and produce the same map contents, the same decisions and the same bytes:
  *
  * - map_region / filter_region walk a region of a segment (many batches, one call) and take

@@ -45,15 +45,13 @@ from storagecore.cleaner.transactions import CleanedTransactionMetadata
 from storagecore.config import CleanerConfig, LogConfig, TopicPartition
 from storagecore.log import Log
 from storagecore.records import layout
-from storagecore.records.batch import (
-    Buffer,
-    Record,
-    RecordBatch,
+from storagecore.records.batch import Buffer, Record, RecordBatch
+from storagecore.records.codecs import Compression
+from storagecore.records.memory_records_builder import (
     build_empty_batch,
     rebuild_batch,
     rebuild_batch_from_payload,
 )
-from storagecore.records.codecs import Compression
 from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type_of
 

@@ -94,7 +94,8 @@ class FilteredRecords:
     #: None when nothing was kept or when the batch is copied as it is (all kept, no horizon
     #: to stamp). Otherwise the rebuilt batch, whole, for an uncompressed batch; for a
     #: compressed one, the kept records uncompressed and encoded against
-    #: :attr:`base_timestamp`, for :func:`~storagecore.records.batch.rebuild_batch_from_payload`.
+    #: :attr:`base_timestamp`, for
+    #: :func:`~storagecore.records.memory_records_builder.rebuild_batch_from_payload`.
     rebuilt: bytes | None
     #: Max timestamp of the rebuilt batch.
     max_timestamp: int

@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from storagecore.config import TopicPartition
-from storagecore.records.batch import NewRecord, build_batch, iter_complete_batches
+from storagecore.records.batch import NewRecord, iter_complete_batches
+from storagecore.records.memory_records_builder import build_batch
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as Partition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from storagecore.records.batch import NewRecord, build_batch
+from storagecore.records.batch import NewRecord
+from storagecore.records.memory_records_builder import build_batch
 from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
 from tests.kafka_support.raw_client import RawClient, produce
 

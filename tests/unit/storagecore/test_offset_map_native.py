@@ -41,7 +41,7 @@ from storagecore.cleaner.siphash import siphash128
 from storagecore.errors import CorruptRecordError
 from storagecore.native import load_extension
 from storagecore.records import layout
-from storagecore.records.batch import rebuild_batch
+from storagecore.records.memory_records_builder import rebuild_batch
 
 # None when not built (test_expected_implementation_is_loaded then fails) or disabled by
 # STORAGECORE_NO_EXTENSIONS (the second CI run, where these tests skip).

@@ -34,10 +34,11 @@ from storagecore import (
     build_control_batch,
 )
 from storagecore.records import _columns_py, columns, layout
-from storagecore.records.batch import build_empty_batch, iter_complete_batches
+from storagecore.records.batch import iter_complete_batches
 from storagecore.records.columns import COLUMN_NAMES, DecodedColumns, decode_columns
 from storagecore.records.columns_types import BATCH_COLUMNS
 from storagecore.records.crc import crc32c
+from storagecore.records.memory_records_builder import build_empty_batch
 from storagecore.records.varint import encode_varint, encode_varlong
 
 try:

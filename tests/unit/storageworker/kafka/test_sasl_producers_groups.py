@@ -12,7 +12,8 @@ import pytest
 
 from storagecore.config import TopicPartition
 from storagecore.errors import ConfigError
-from storagecore.records.batch import NewRecord, RecordBatch, build_batch
+from storagecore.records.batch import NewRecord, RecordBatch
+from storagecore.records.memory_records_builder import build_batch
 from storagecore.transactions import TransactionState
 from storageworker.kafka import groups
 from storageworker.kafka.producers import PartitionProducers, ProducerIds, SequenceError
