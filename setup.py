@@ -28,7 +28,11 @@ setup(
     ext_modules=[
         Extension(
             "storagecore.records._native",
-            ["storagecore/records/_native.c", "storagecore/records/_columns.c"],
+            [
+                "storagecore/records/_native.c",
+                "storagecore/records/_columns.c",
+                "storagecore/records/_headers.c",
+            ],
             depends=["storagecore/records/_layout.h", "storagecore/records/_walker.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),

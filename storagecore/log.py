@@ -448,8 +448,11 @@ class Log:
         with self._local.io(f"read producer state of {self.tp}"):
             state = self._txn_state if self._txn_state is not None else TransactionState()
             for segment in self._local.segments:
-                if segment.next_offset() > state.next_offset:
-                    state.extend(segment.header_batches(state.next_offset))
+                next_offset = segment.next_offset()
+                if next_offset > state.next_offset:
+                    state.extend(segment.producer_batches(state.next_offset))
+                    # The walk yields producer batches only: what follows the last is walked.
+                    state.next_offset = max(state.next_offset, next_offset)
             self._txn_state = state
             return state
 

@@ -20,8 +20,6 @@ from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
 from storagecore.records.layout import (
-    ATTRIBUTES_OFFSET,
-    CONTROL_FLAG_MASK,
     INT32_MAX,
     NO_TIMESTAMP,
 )
@@ -288,18 +286,12 @@ class LogSegment:
             next_offset = header.next_offset
             position += header.size_bytes
 
-    def header_batches(self, from_offset: int) -> Iterator[RecordBatch]:
-        """Batches from the one holding ``from_offset``: header-only views, except control
-        batches, which are read whole (their record says COMMIT or ABORT)."""
+    def producer_batches(self, from_offset: int) -> Iterator[RecordBatch]:
+        """Batches with a producer id from the one holding ``from_offset``: header-only
+        copies, except control batches, which are read whole (their record says COMMIT or
+        ABORT). The batches without a producer are skipped natively (FileRecords)."""
         start = self.translate_offset(from_offset) if from_offset > self.base_offset else None
-        position = start.position if start is not None else 0
-        for header, view in self.log.header_views(position):
-            if view[ATTRIBUTES_OFFSET + 1] & CONTROL_FLAG_MASK:
-                batch = RecordBatch(self.log.read(header.position, header.size_bytes))
-                batch.validate()
-                yield batch
-            else:
-                yield RecordBatch(view)
+        return self.log.producer_batches(start.position if start is not None else 0)
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int

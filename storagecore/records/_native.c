@@ -1,5 +1,6 @@
-/* Native speed-ups of storagecore.records: the record scan, the append fast path and (from
- * _columns.c, compiled into this module too) the columnar decoder, decode_columns.
+/* Native speed-ups of storagecore.records: the record scan, the append fast path and,
+ * compiled into this module too, the columnar decoder (_columns.c, decode_columns) and the
+ * producer walk of a region (_headers.c, producer_batches).
  *
  * The scan walks the records of an uncompressed batch payload without building objects: checks
  * framing (length varints, field lengths, header keys, nothing left over) with _walker.h's
@@ -258,6 +259,8 @@ static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
 /* _columns.c */
 PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
 void storagecore_columns_init(void);
+/* _headers.c */
+PyObject *storagecore_producer_batches(PyObject *self, PyObject *args);
 
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
@@ -268,6 +271,8 @@ static PyMethodDef methods[] = {
      "decode_columns(region, position, end, columns, min_offset, max_offset, include_control, "
      "max_output_bytes, decompress) -> (rows, batches, position, problem, buffers, null_counts, "
      "batch_buffers)"},
+    {"producer_batches", storagecore_producer_batches, METH_VARARGS,
+     "producer_batches(region) -> (consumed, next_offset, positions, problem, problem_value)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -78,3 +78,6 @@ def decode_columns(
 ]:
     """(rows, batches, position, problem, buffers, null_counts, batch_buffers): see
     columns_types.py."""
+
+def producer_batches(region: bytes | bytearray | memoryview, /) -> tuple[int, int, bytes, int, int]:
+    """(consumed, next_offset, positions, problem, problem_value): see _headers.c."""

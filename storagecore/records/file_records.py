@@ -18,7 +18,7 @@ from typing import Final, NamedTuple
 
 from storagecore import durability
 from storagecore.errors import CorruptRecordError
-from storagecore.records import layout
+from storagecore.records import layout, producer_walk
 from storagecore.records.batch import RecordBatch
 
 logger = logging.getLogger(__name__)
@@ -27,6 +27,8 @@ _LENGTH: Final = struct.Struct(">i")
 _READ_CHUNK_BYTES: Final = 1 << 20
 _FIRST_HEADER_CHUNK_BYTES: Final = 8 << 10
 _TIMESTAMP: Final = struct.Struct(">q")
+_POSITION: Final = struct.Struct("=q")
+_INT64: Final = struct.Struct(">q")
 
 
 class BatchHeader(NamedTuple):
@@ -205,6 +207,55 @@ class FileRecords:
                     f"bytes, smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
                 )
             yield header, memoryview(chunk)[rel : rel + layout.RECORD_BATCH_OVERHEAD]
+
+    def producer_batches(self, start: int = 0) -> Iterator[RecordBatch]:
+        """The batches from ``start`` that carry a producer id, in file order: a copy of the
+        61-byte header of each data batch, control batches whole and validated (their record
+        says COMMIT or ABORT). Framing and its errors are :meth:`header_views`'; the others
+        are skipped in one native call per chunk (:mod:`storagecore.records.producer_walk`)."""
+        end = self.size_bytes
+        position = start
+        while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
+            chunk = self.read(position, min(_READ_CHUNK_BYTES, end - position))
+            consumed, _next, found, problem, value = producer_walk.producer_batches(chunk)
+            for (rel,) in _POSITION.iter_unpack(found):
+                yield self._producer_batch(chunk, rel, position + rel)
+            position += consumed
+            if problem == producer_walk.PROBLEM_SHORT_LENGTH:
+                raise CorruptRecordError(
+                    f"{self.path}: batch at position {position} declares length {value} "
+                    f"(minimum {layout.MIN_DECLARED_BATCH_LENGTH})"
+                )
+            if problem == producer_walk.PROBLEM_SHORT_V2:
+                raise CorruptRecordError(
+                    f"{self.path}: batch at position {position} is {value} bytes, smaller "
+                    f"than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
+                )
+            if consumed:
+                continue  # the next chunk starts at the batch this one cut
+            # A batch larger than a chunk, or a torn tail: its header decides.
+            header = next(self.batch_headers(position, end), None)
+            if header is None:
+                return
+            if header.magic == layout.CURRENT_MAGIC:
+                if header.size_bytes < layout.RECORD_BATCH_OVERHEAD:
+                    raise CorruptRecordError(
+                        f"{self.path}: batch at position {position} is {header.size_bytes} "
+                        f"bytes, smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
+                    )
+                head = self.read(position, layout.RECORD_BATCH_OVERHEAD)
+                if _INT64.unpack_from(head, layout.PRODUCER_ID_OFFSET)[0] != layout.NO_PRODUCER_ID:
+                    yield self._producer_batch(head, 0, position)
+            position += header.size_bytes
+
+    def _producer_batch(self, chunk: bytes, rel: int, position: int) -> RecordBatch:
+        header = chunk[rel : rel + layout.RECORD_BATCH_OVERHEAD]
+        if not header[layout.ATTRIBUTES_OFFSET + 1] & layout.CONTROL_FLAG_MASK:
+            return RecordBatch(header)
+        (length,) = _LENGTH.unpack_from(header, layout.LENGTH_OFFSET)
+        batch = RecordBatch(self.read(position, length + layout.LOG_OVERHEAD))
+        batch.validate()
+        return batch
 
     def _walk_headers(
         self, start: int, end: int | None
