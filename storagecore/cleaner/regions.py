@@ -2,19 +2,25 @@
 one batch at a time for everything it leaves (control and transactional batches, and the
 pure-Python reference).
 
-:class:`SegmentWalk` reads a segment from a position in chunks of about :data:`REGION_BYTES`
-and keeps one cursor for both kinds of caller, so that a pass alternates between region calls
-and single batches without reading anything twice. The checks of a single batch are
-FileRecords.batches' framing and RecordBatch.validate; a batch that fails them, or a tail
-that is not a complete batch, raises :class:`CorruptRecordError` naming the partition, the file
-and the position (the cleaner then marks the partition uncleanable: nothing is rewritten from
-bad bytes); so does an error inside a batch's records, raised under :meth:`SegmentWalk.located`.
-Reads only; owned by one pass of one cleaner thread.
+:class:`SegmentWalk` maps the segment file read-only and keeps one cursor for both kinds of
+caller, so that a pass alternates between region calls and single batches without reading
+anything twice, and without copying: a region is a view of the mapping, :data:`REGION_BYTES` at
+most (the unit of a region call, and of throttling and abort checks). The checks of a single
+batch are FileRecords.batches' framing and RecordBatch.validate; a batch that fails them, or a
+tail that is not a complete batch, raises :class:`CorruptRecordError` naming the partition, the
+file and the position (the cleaner then marks the partition uncleanable: nothing is rewritten
+from bad bytes); so does an error inside a batch's records, raised under
+:meth:`SegmentWalk.located`. Reads only; owned by one pass of one cleaner thread.
+
+The segments a pass reads are sealed: nothing appends to or truncates them while they are
+mapped (recovery truncates only while its log is being loaded; deletion unlinks, which leaves
+a mapping readable), so the mapping cannot end before the walk does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 from collections.abc import Iterator
 from typing import Final, Protocol
 
@@ -47,39 +53,23 @@ class SegmentWalk:
         self.file = segment.log
         self.position = position
         self.end = segment.log.size_bytes
-        self._chunk = b""
-        self._chunk_start = position
+        self._mapped = memoryview(b"")
+        if self.end > position:
+            mapping = mmap.mmap(self.file.fd, self.end, access=mmap.ACCESS_READ)
+            mapping.madvise(mmap.MADV_SEQUENTIAL)
+            # Views of it may outlive the walk (a batch waiting in the cleaner's output):
+            # the mapping is released when the last one goes.
+            self._mapped = memoryview(mapping)
 
     def _view(self, size: int) -> memoryview:
-        """``size`` bytes from the cursor (fewer only at the end of the file), read in a new
-        chunk of at least REGION_BYTES when the current one does not hold them."""
-        offset = self.position - self._chunk_start
-        if offset < 0 or offset + size > len(self._chunk):
-            want = min(max(size, REGION_BYTES), self.end - self.position)
-            self._chunk = self.file.read(self.position, want)
-            self._chunk_start = self.position
-            offset = 0
-        return memoryview(self._chunk)[offset : offset + size]
+        """``size`` bytes from the cursor (fewer only at the end of the file)."""
+        return self._mapped[self.position : min(self.position + size, self.end)]
 
     def region(self) -> memoryview | None:
-        """The unread bytes of the current chunk, or of a new chunk when they do not hold the
-        next batch whole (so nothing is read twice but the start of one batch per chunk);
-        None at the end of the segment."""
+        """Up to :data:`REGION_BYTES` from the cursor; None at the end of the segment."""
         if self.position >= self.end:
             return None
-        offset = self.position - self._chunk_start
-        if offset < 0 or not self._holds_next_batch(offset):
-            return self._view(min(REGION_BYTES, self.end - self.position))
-        return memoryview(self._chunk)[offset:]
-
-    def _holds_next_batch(self, offset: int) -> bool:
-        left = len(self._chunk) - offset
-        if left < layout.LOG_OVERHEAD:
-            return False
-        length: int = layout.LOG_HEADER_PREFIX.unpack_from(self._chunk, offset)[1]
-        # A length that cannot be a batch still counts: the engine stops at it and the
-        # per-batch path reports it.
-        return length + layout.LOG_OVERHEAD <= left
+        return self._view(REGION_BYTES)
 
     def advance(self, size: int) -> None:
         """``size`` bytes were taken by a region call."""
