@@ -14,6 +14,12 @@ broken invariant) are ``AssertionError`` and are never caught::
         x RecordTooLargeError       batch above max.message.bytes or segment.bytes
       x CorruptIndexError           index file fails its sanity check; rebuilt from the log
       x CorruptCheckpointError      checkpoint file unreadable; treated as empty by the loader
+      x CorruptSnapshotError        producer-state snapshot unreadable; deleted, an older one or
+                                    the log is used instead
+      x ProducerStateError          an idempotent producer's batch that must not be appended
+        x OutOfOrderSequenceError   its first sequence does not follow the producer's last
+        x InvalidProducerEpochError its epoch is older than the producer's current one
+        x InvalidTxnStateError      a plain batch inside the producer's open transaction
       x OffsetOutOfRangeError       read or delete-records outside [log start, log end]
       x SegmentOffsetOverflowError  relative offset does not fit in int32
       x LogDirLockedError           another process holds the log dir's .lock
@@ -51,6 +57,27 @@ class CorruptIndexError(StorageError):
 
 class CorruptCheckpointError(StorageError):
     """A checkpoint file that cannot be parsed."""
+
+
+class CorruptSnapshotError(StorageError):
+    """A producer-state ``.snapshot`` file that cannot be read (length, version, CRC)."""
+
+
+class ProducerStateError(StorageError):
+    """A batch of an idempotent or transactional producer that its state refuses (Kafka's
+    ``ProducerAppendInfo`` checks); nothing of the append is written."""
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """Kafka's INVALID_PRODUCER_EPOCH: the producer was fenced by a newer epoch."""
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """Kafka's INVALID_TXN_STATE: a non-transactional batch while a transaction is open."""
 
 
 class OffsetOutOfRangeError(StorageError):

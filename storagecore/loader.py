@@ -20,6 +20,11 @@ The passes, in order; each mirrors a step of a multi-step protocol of :mod:`stor
    point to the end: revalidate every batch, rebuild the indexes, truncate at the first torn or
    corrupt batch and delete every later segment. If the log end is below the checkpointed log
    start offset, delete everything. An empty log gets one segment at the log start offset.
+5. **Producer state** (:func:`storagecore.producer_state.rebuild_producer_state`). Delete
+   ``.snapshot.tmp`` files, snapshots at no segment's base offset (but the clean shutdown's, at
+   the log end), beyond the log end or at or below the log start; load the newest valid
+   snapshot (a corrupt one is reported and deleted, and the next older one tried; none: the log
+   start offset), replay the batches after it, and snapshot at the log end.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ from storagecore import durability, files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import CorruptIndexError, CorruptRecordError
+from storagecore.producer_state import (
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    ProducerStateManager,
+    rebuild_producer_state,
+)
 from storagecore.records.file_records import FileRecords
 from storagecore.segment import LogSegment
 
@@ -47,6 +57,7 @@ class LoadedLog:
     next_offset: int
     recovered_segments: int
     truncated_bytes: int
+    producer_state: ProducerStateManager
 
 
 def load_log(
@@ -58,6 +69,7 @@ def load_log(
     recovery_point: int,
     log_start_offset: int,
     had_clean_shutdown: bool,
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
 ) -> LoadedLog:
     prefix = f"[LogLoader partition={tp}, dir={directory.parent}]"
     now_ms = clock.milliseconds()
@@ -204,6 +216,18 @@ def load_log(
     loaded_recovery_point = next_offset if had_clean_shutdown else min(recovery_point, next_offset)
     start_offset = max(log_start_offset, segments[0].base_offset)
     loaded_recovery_point = max(loaded_recovery_point, min(start_offset, next_offset))
+    # Pass 5: producer state.
+    producer_state = ProducerStateManager(
+        directory, tp, producer_id_expiration_ms=producer_id_expiration_ms
+    )
+    producer_state.remove_stray_snapshots(segment.base_offset for segment in segments)
+    rebuild_producer_state(
+        producer_state,
+        segments,
+        log_start_offset=start_offset,
+        last_offset=next_offset,
+        now_ms=now_ms,
+    )
     logger.info(
         "%s Loaded %d segments: log start %d, log end %d, recovery point %d%s",
         prefix,
@@ -220,6 +244,7 @@ def load_log(
         next_offset=next_offset,
         recovered_segments=recovered,
         truncated_bytes=truncated_total,
+        producer_state=producer_state,
     )
 
 

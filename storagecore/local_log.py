@@ -40,6 +40,7 @@ from storagecore import durability, files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import LogDirOfflineError, RecordTooLargeError
+from storagecore.index import TimestampOffset
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
 from storagecore.segment import LogSegment
@@ -49,6 +50,9 @@ logger = logging.getLogger(__name__)
 _BASE_OFFSET = struct.Struct(">q")  # the first field of a batch, outside its CRC
 
 IoErrorCallback = Callable[[Path, OSError], None]
+RollCallback = Callable[[Sequence[LogSegment], int], None]
+"""Called after every roll with the segments and the new active segment's base offset (the
+Log snapshots its producer state there)."""
 
 
 class BulkWrite(NamedTuple):
@@ -92,6 +96,8 @@ class LocalLog:
         self.last_flush_ms = clock.milliseconds()
         self._pending_deletes: list[_PendingDelete] = []
         self._on_io_error = on_io_error
+        #: Called after every roll (:data:`RollCallback`); the owning Log sets it.
+        self.on_roll: RollCallback | None = None
         self.offline = False
         self.closed = False
 
@@ -120,6 +126,27 @@ class LocalLog:
     def floor_index(self, offset: int) -> int:
         """Position in :attr:`segments` of the segment that would hold ``offset`` (0 below all)."""
         return max(bisect.bisect_right(self.bases, offset) - 1, 0)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, log_start_offset: int
+    ) -> TimestampOffset | None:
+        """The first record with a timestamp >= ``timestamp`` at or after the log start."""
+        for segment in self.segments:
+            if segment.size_bytes and segment.largest_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def find_max_timestamp(self, log_start_offset: int) -> TimestampOffset | None:
+        """The record with the largest timestamp (the first of them)."""
+        best: LogSegment | None = None
+        for segment in self.segments:
+            if segment.max_timestamp_so_far >= 0 and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        return None if best is None else best.find_max_timestamp(log_start_offset)
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         self.segments = segments
@@ -163,9 +190,11 @@ class LocalLog:
         2. stale files at the new base (left by a crash before the loader's time) are deleted;
         3. the old active segment writes its final time index entry and trims its indexes;
         4. the new segment's files are created and it joins the list;
-        5. the old segment is flushed and the recovery point moves to the new base.
+        5. the old segment is flushed and the recovery point moves to the new base;
+        6. the roll callback runs (the Log's producer-state snapshot at the new base).
 
-        A crash anywhere leaves at most an empty segment at the log end, which the loader opens.
+        A crash anywhere leaves at most an empty segment at the log end, which the loader opens
+        (and a ``.snapshot.tmp``, which it deletes).
         """
         now_ms = self.clock.milliseconds()
         new_offset = max(expected_next_offset or 0, self.log_end_offset)
@@ -199,6 +228,8 @@ class LocalLog:
         logger.info("%s: rolled new log segment at offset %d", self.tp, new_offset)
         # Kafka schedules this flush asynchronously; the roll is rare enough to do it here.
         self.flush(new_offset)
+        if self.on_roll is not None:
+            self.on_roll(self.segments, new_offset)
         return segment
 
     def _rolling_jitter_ms(self) -> int:

@@ -36,6 +36,7 @@ from storagecore.log_info import (
     LogAppendInfo,
 )
 from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
+from storagecore.producer_state import ProducerStateManager
 from storagecore.records.batch import Record, iter_complete_batches
 from storagecore.records.file_records import FileRegion
 from storagecore.records.layout import NO_TIMESTAMP
@@ -69,11 +70,14 @@ class Log:
         recovery_point: int,
         on_io_error: IoErrorCallback | None = None,
         leader_epoch: int = 0,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
         self.directory = directory
         self.tp = tp
         self.clock = clock
+        self.producer_state = producer_state or ProducerStateManager(directory, tp)
         self._local = LocalLog(directory, tp, config, clock, segments, recovery_point, on_io_error)
+        self._local.on_roll = self.producer_state.on_roll  # a snapshot at every roll
         self._log_start_offset = log_start_offset
         self.leader_epoch = leader_epoch
         self._lock = threading.RLock()
@@ -118,6 +122,7 @@ class Log:
             log_start_offset=loaded.log_start_offset,
             recovery_point=loaded.recovery_point,
             on_io_error=on_io_error,
+            producer_state=loaded.producer_state,
         )
 
     # -- state ---------------------------------------------------------------------------------
@@ -211,6 +216,9 @@ class Log:
             origin=origin,
             partition_leader_epoch=self.leader_epoch,
         )
+        producers = self.producer_state.prepare_append(validated, origin)
+        if producers is not None and producers.duplicate is not None:
+            return producers.duplicate_info(self._log_start_offset)
         size = len(validated.buffer)
         if size > config.segment_bytes:
             raise RecordTooLargeError(
@@ -225,6 +233,7 @@ class Log:
             validated.shallow_offset_of_max_timestamp,
             validated.buffer,
         )
+        self.producer_state.complete_append(producers, validated.last_offset + 1)
         if validated.last_offset + 1 - self._local.recovery_point >= config.flush_messages:
             self._local.flush(validated.last_offset + 1)
         return LogAppendInfo(
@@ -384,24 +393,10 @@ class Log:
             if timestamp == LATEST_TIMESTAMP:
                 return TimestampOffset(NO_TIMESTAMP, self.log_end_offset)
             if timestamp == MAX_TIMESTAMP:
-                return self._offset_of_max_timestamp()
+                return self._local.find_max_timestamp(self._log_start_offset)
             if timestamp < 0:
                 raise ValueError(f"{self.tp}: invalid target timestamp {timestamp}")
-            for segment in self._local.segments:
-                if segment.size_bytes and segment.largest_timestamp >= timestamp:
-                    found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
-                    if found is not None:
-                        return found
-            return None
-
-    def _offset_of_max_timestamp(self) -> TimestampOffset | None:
-        best: LogSegment | None = None
-        for segment in self._local.segments:
-            if segment.max_timestamp_so_far >= 0 and (
-                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
-            ):
-                best = segment
-        return None if best is None else best.find_max_timestamp(self._log_start_offset)
+            return self._local.find_offset_by_timestamp(timestamp, self._log_start_offset)
 
     # -- log start offset and segment deletion -------------------------------------------------
     def maybe_increment_log_start_offset(self, new_log_start_offset: int, reason: str) -> bool:
@@ -422,6 +417,7 @@ class Log:
                 reason,
             )
             self._log_start_offset = new_log_start_offset
+            self.producer_state.on_log_start_offset_incremented(new_log_start_offset)
             self._local.recovery_point = max(self._local.recovery_point, new_log_start_offset)
             return True
 
@@ -527,6 +523,7 @@ class Log:
             )
             # 3.-5.
             local.remove_and_delete_segments(doomed, reason)
+            self.producer_state.delete_snapshots(s.base_offset for s in doomed)
             self._txn_state = None
             return len(doomed)
 
@@ -543,6 +540,7 @@ class Log:
         with self._lock, self._local.io(f"replace segments of {self.tp}"):
             swapped = self._local.replace_segments(new_segments, old_segments)
             if swapped:
+                self.producer_state.delete_snapshots_of_replaced(new_segments, old_segments)
                 self._txn_state = None
             return swapped
 
@@ -587,9 +585,11 @@ class Log:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Close every segment (trimming indexes). Does not flush: callers flush first."""
+        """Snapshot producer state, close every segment (trimming indexes); does not flush."""
         with self._lock:
             if not self._local.closed:
+                if not self._local.offline:
+                    self.producer_state.take_snapshot()  # at the log end, as Kafka's close
                 self._local.close(handles_only=self._local.offline)
 
     def close_handles(self) -> None:

@@ -24,6 +24,9 @@ class LogAppendInfo(NamedTuple):
     log_start_offset: int
     record_count: int
     valid_bytes: int
+    duplicate: bool = False
+    """The append repeated one of its producer's last five batches: nothing was written and
+    the offsets are the original batch's."""
 
 
 class FetchResult(NamedTuple):

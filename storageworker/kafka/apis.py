@@ -43,9 +43,12 @@ from typing import Any, Final, Protocol
 from storagecore.config import TopicPartition
 from storagecore.errors import (
     CorruptRecordError,
+    InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     LogDirOfflineError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RecordTooLargeError,
     StorageError,
     UnknownTopicOrPartitionError,
@@ -53,7 +56,6 @@ from storagecore.errors import (
 from storagecore.log import FetchResult
 from storagecore.records.file_records import FileRegion
 from storageworker.kafka import messages
-from storageworker.kafka.producers import SequenceError
 
 
 class ErrorCode(enum.IntEnum):
@@ -69,6 +71,8 @@ class ErrorCode(enum.IntEnum):
     ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
     SASL_AUTHENTICATION_FAILED = 58
     KAFKA_STORAGE_ERROR = 56
@@ -109,7 +113,7 @@ class Broker(Protocol):
     def is_internal(self, topic: str) -> bool: ...
 
     def append(self, tp: TopicPartition, records: bytes) -> Appended:
-        """Raises StorageError or SequenceError."""
+        """Raises StorageError (a ProducerStateError for a refused idempotent batch)."""
 
     def read(
         self, tp: TopicPartition, offset: int, max_bytes: int, *, zero_copy: bool = False
@@ -139,8 +143,12 @@ class Request:
 
 
 def error_for(exc: Exception) -> ErrorCode | int:
-    if isinstance(exc, SequenceError):
-        return exc.code
+    if isinstance(exc, OutOfOrderSequenceError):
+        return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    if isinstance(exc, InvalidProducerEpochError):
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if isinstance(exc, InvalidTxnStateError):
+        return ErrorCode.INVALID_TXN_STATE
     if isinstance(exc, RecordTooLargeError):
         return ErrorCode.MESSAGE_TOO_LARGE
     if isinstance(exc, CorruptRecordError):
@@ -248,7 +256,7 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
             else:
                 try:
                     done = broker.append(TopicPartition(name, index), records)
-                except (StorageError, SequenceError) as exc:
+                except StorageError as exc:
                     answer["error_code"], answer["error_message"] = error_for(exc), str(exc)
                 else:
                     answer["base_offset"] = done.base_offset

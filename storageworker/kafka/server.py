@@ -38,11 +38,10 @@ from storagecore.errors import (
 )
 from storagecore.log import FetchResult, Log
 from storagecore.records import layout
-from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import FileRegion
 from storageworker.kafka import apis, messages
 from storageworker.kafka.groups import OFFSETS_TOPIC, GroupCoordinator
-from storageworker.kafka.producers import PartitionProducers, ProducerIds
+from storageworker.kafka.producers import ProducerIds
 from storageworker.kafka.sasl import MECHANISMS, AuthenticationError, Authenticator, User
 from storageworker.kafka.schema import decode, encode
 from storageworker.kafka.wire import ProtocolError, Reader, Writer, frame_size
@@ -175,8 +174,6 @@ class WorkerBroker:
         self.node_id = node_id
         self.cluster_id = "logkeeper"
         self.producer_ids = ProducerIds()
-        self._producers: dict[TopicPartition, PartitionProducers] = {}
-        self._producers_lock = threading.Lock()
         self.counters: KafkaCounters | None = None
         self.on_append: Callable[[], None] = lambda: None
 
@@ -204,52 +201,35 @@ class WorkerBroker:
             raise UnknownTopicOrPartitionError(f"{tp} is not on this worker")
         return log
 
-    def _partition_producers(self, tp: TopicPartition, log: Log) -> PartitionProducers:
-        with self._producers_lock:
-            found = self._producers.get(tp)
-            if found is None:
-                found = self._producers[tp] = PartitionProducers(log.transaction_state())
-            return found
-
     def append(self, tp: TopicPartition, records: bytes) -> apis.Appended:
-        """Append through the leader path; an idempotent producer's batch is checked against
-        the partition's producer state first (:mod:`~storageworker.kafka.producers`)."""
+        """Append through the leader path. An idempotent producer's batch is checked against
+        the partition's producer state by the log itself (:mod:`storagecore.producer_state`):
+        a retry of one of the producer's last five batches is acknowledged with the original
+        offset and not appended again."""
         log = self.log_of(tp)
         producer_id = (
             _I64.unpack_from(records, layout.PRODUCER_ID_OFFSET)[0]
             if len(records) >= layout.RECORD_BATCH_OVERHEAD
             else layout.NO_PRODUCER_ID
         )
-        if producer_id == layout.NO_PRODUCER_ID:
-            info = log.append(records)
-            self.on_append()
-            return apis.Appended(info.first_offset, info.log_append_time, info.log_start_offset)
-        declared = layout.LOG_OVERHEAD + _I32.unpack_from(records, layout.LENGTH_OFFSET)[0]
-        if declared != len(records):
-            raise InvalidRecordError(
-                f"{tp}: an idempotent produce request must hold exactly one record batch "
-                f"({len(records)} bytes, the first batch declares {declared})"
-            )
-        batch = RecordBatch(records)
-        batch.validate()
-        producers = self._partition_producers(tp, log)
-        with producers.lock:
-            original = producers.check(batch, str(tp))
-            if original is not None:
-                if self.counters is not None:
-                    self.counters.duplicate_batches += 1
-                logger.info(
-                    "%s: duplicate batch of producer %d (sequence %d-%d) acknowledged at "
-                    "offset %d without appending",
-                    tp,
-                    batch.producer_id,
-                    batch.base_sequence,
-                    batch.last_sequence,
-                    original.first_offset,
+        if producer_id != layout.NO_PRODUCER_ID:
+            declared = layout.LOG_OVERHEAD + _I32.unpack_from(records, layout.LENGTH_OFFSET)[0]
+            if declared != len(records):
+                raise InvalidRecordError(
+                    f"{tp}: an idempotent produce request must hold exactly one record batch "
+                    f"({len(records)} bytes, the first batch declares {declared})"
                 )
-                return apis.Appended(original.first_offset, -1, log.log_start_offset, True)
-            info = log.append(records)
-            producers.record(batch, info.first_offset, info.max_timestamp)
+        info = log.append(records)
+        if info.duplicate:
+            if self.counters is not None:
+                self.counters.duplicate_batches += 1
+            logger.info(
+                "%s: duplicate batch of producer %d acknowledged at offset %d without appending",
+                tp,
+                producer_id,
+                info.first_offset,
+            )
+            return apis.Appended(info.first_offset, -1, info.log_start_offset, True)
         self.on_append()
         return apis.Appended(info.first_offset, info.log_append_time, info.log_start_offset)
 

@@ -578,7 +578,7 @@ def test_abort_marker_kept_while_its_empty_batch_exists(tmp_path: Path, clock: M
     assert (1, False, 0) in kinds, "the producer's last data batch, emptied"
     assert (1, True, 1) in kinds, "its abort marker stays while that batch exists"
     # the producer moves on: its old batch is no longer its last, both may go
-    idempotent_append(log, [b"q"], pid=1, seq=5)
+    idempotent_append(log, [b"q"], pid=1, seq=1)
     log.roll()
     for _ in range(3):
         run_round(log, first_dirty=log.active_segment.base_offset)

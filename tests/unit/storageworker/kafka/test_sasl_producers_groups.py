@@ -1,4 +1,4 @@
-"""SASL exchanges (RFC 7677's test vector), idempotent producer rules, and the group
+"""SASL exchanges (RFC 7677's test vector), producer IDs, and the group
 coordinator's state machine, without sockets."""
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ import pytest
 
 from storagecore.config import TopicPartition
 from storagecore.errors import ConfigError
-from storagecore.records.batch import NewRecord, RecordBatch
-from storagecore.records.memory_records_builder import build_batch
-from storagecore.transactions import TransactionState
 from storageworker.kafka import groups
-from storageworker.kafka.producers import PartitionProducers, ProducerIds, SequenceError
+from storageworker.kafka.producers import ProducerIds
 from storageworker.kafka.sasl import (
     AuthenticationError,
     Authenticator,
@@ -88,47 +85,6 @@ def test_users_file_errors_name_the_file_and_the_user(tmp_path: Path) -> None:
 
 
 # -- idempotent producers ------------------------------------------------------------------------
-
-
-def batch(pid: int, epoch: int, sequence: int, count: int = 2) -> RecordBatch:
-    return RecordBatch(
-        build_batch(
-            [NewRecord(b"k", b"v", 0) for _ in range(count)],
-            producer_id=pid,
-            producer_epoch=epoch,
-            base_sequence=sequence,
-        )
-    )
-
-
-def test_producer_sequence_rules() -> None:
-    producers = PartitionProducers(TransactionState())
-    first = batch(7, 0, 5)
-    assert producers.check(first, "t-0") is None  # unknown producer: any sequence
-    producers.record(first, 100, 0)
-    retry = producers.check(batch(7, 0, 5), "t-0")
-    assert retry is not None and retry.first_offset == 100
-    with pytest.raises(SequenceError) as gap:
-        producers.check(batch(7, 0, 9), "t-0")
-    assert gap.value.code == 45 and "expected 7" in str(gap.value)
-    with pytest.raises(SequenceError) as new_epoch:
-        producers.check(batch(7, 1, 3), "t-0")
-    assert new_epoch.value.code == 45
-    assert producers.check(batch(7, 1, 0), "t-0") is None
-    producers.record(batch(7, 1, 0), 102, 0)
-    with pytest.raises(SequenceError) as fenced:
-        producers.check(batch(7, 0, 7), "t-0")
-    assert fenced.value.code == 47
-    # Five batches are remembered, the sixth pushes out the oldest.
-    for n in range(6):
-        producers.record(batch(7, 1, 2 + 2 * n), 104 + 2 * n, 0)
-    with pytest.raises(SequenceError):  # no longer a known duplicate: out of order
-        producers.check(batch(7, 1, 0), "t-0")
-    assert producers.check(batch(7, 1, 12), "t-0") is not None
-    # Sequences wrap at 2^31.
-    wrap = PartitionProducers(TransactionState())
-    wrap.record(batch(8, 0, (1 << 31) - 2), 0, 0)
-    assert wrap.check(batch(8, 0, 0), "t-0") is None
 
 
 def test_producer_ids_increase() -> None:
