@@ -218,7 +218,7 @@ def load_log(
     loaded_recovery_point = max(loaded_recovery_point, min(start_offset, next_offset))
     # Pass 5: producer state.
     producer_state = ProducerStateManager(
-        directory, tp, producer_id_expiration_ms=producer_id_expiration_ms
+        directory, tp, clock, producer_id_expiration_ms=producer_id_expiration_ms
     )
     producer_state.remove_stray_snapshots(segment.base_offset for segment in segments)
     rebuild_producer_state(

@@ -75,7 +75,7 @@ class Log:
         self.directory = directory
         self.tp = tp
         self.clock = clock
-        self.producer_state = producer_state or ProducerStateManager(directory, tp)
+        self.producer_state = producer_state or ProducerStateManager(directory, tp, clock)
         self._local = LocalLog(directory, tp, config, clock, segments, recovery_point, on_io_error)
         self._local.on_roll = self.producer_state.on_roll  # a snapshot at every roll
         self._log_start_offset = log_start_offset

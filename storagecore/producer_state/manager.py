@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Final
 
 from storagecore import files
+from storagecore.clock import Clock
 from storagecore.config import TopicPartition
 from storagecore.errors import CorruptSnapshotError
 from storagecore.log_info import LogAppendInfo
@@ -93,11 +94,13 @@ class ProducerStateManager:
         self,
         directory: Path,
         tp: TopicPartition,
+        clock: Clock,
         *,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ) -> None:
         self.directory = directory
         self.tp = tp
+        self.clock = clock
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.prefix = f"[ProducerStateManager partition={tp}]"
         self.producers: dict[int, ProducerStateEntry] = {}
@@ -208,10 +211,16 @@ class ProducerStateManager:
     # -- roll, log start, expiration -----------------------------------------------------------
     def on_roll(self, segments: Sequence[LogSegment], new_base_offset: int) -> None:
         """After a roll: catch up with batches the append path did not see (a bulk append's),
-        then snapshot at the new segment's base offset."""
+        forget expired producers, and snapshot at the new segment's base offset.
+
+        Kafka forgets expired producers every ``producer.id.expiration.check.interval.ms`` (ten
+        minutes); here it happens at each roll and each load, which bounds the memory of a
+        partition's producers the same way without a timer of its own.
+        """
         if self.map_end_offset < new_base_offset:
             self.replay(_batches_between(segments, self.map_end_offset, new_base_offset))
         self.map_end_offset = new_base_offset
+        self.remove_expired_producers(self.clock.milliseconds())
         self.take_snapshot()
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:

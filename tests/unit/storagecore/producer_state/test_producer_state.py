@@ -30,10 +30,17 @@ PID = 7
 
 
 def idempotent(
-    sequence: int, *, epoch: int = 0, count: int = 2, pid: int = PID, txn: bool = False
+    sequence: int,
+    *,
+    epoch: int = 0,
+    count: int = 2,
+    pid: int = PID,
+    txn: bool = False,
+    timestamp: int | None = None,
 ) -> bytes:
+    stamp = START_MS + sequence if timestamp is None else timestamp
     return build_batch(
-        [NewRecord(b"k%d" % i, b"v", START_MS + sequence) for i in range(count)],
+        [NewRecord(b"k%d" % i, b"v", stamp) for i in range(count)],
         producer_id=pid,
         producer_epoch=epoch,
         base_sequence=sequence,
@@ -190,4 +197,20 @@ def test_expired_producers_are_not_loaded_from_a_snapshot(
     assert log.producer_state.last_entry(PID) is None
     assert log.producer_state.last_entry(9) is not None
     assert log.append(idempotent(40)).first_offset == 4, "unknown again: any sequence"
+    log.close()
+
+
+def test_a_roll_forgets_producers_idle_for_the_expiration(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    log = open_log(tmp_path, clock)
+    log.append(idempotent(0))
+    clock.advance(86_400_000 - 1)
+    log.roll()
+    assert log.producer_state.last_entry(PID) is not None, "one millisecond short"
+    clock.advance(1)
+    log.append(idempotent(0, pid=9, timestamp=clock.milliseconds()))
+    log.roll()
+    assert log.producer_state.last_entry(PID) is None
+    assert read_snapshot(log.directory / f"{4:020d}.snapshot")[0].producer_id == 9
     log.close()

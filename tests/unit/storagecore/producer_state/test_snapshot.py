@@ -148,9 +148,12 @@ def test_round_trip_and_hand_made_agree(rows: list[tuple[int, ...]]) -> None:
     ]  # fmt: skip
 
 
-@given(st.binary(max_size=200))
-def test_random_bytes_are_refused_or_decoded_never_crash(data: bytes) -> None:
+@given(st.binary(max_size=200), st.booleans())
+def test_arbitrary_bodies_are_decoded_or_refused_never_crash(body: bytes, good_crc: bool) -> None:
+    data = struct.pack(">hI", 1, crc32c(body) if good_crc else crc32c(body) ^ 1) + body
     try:
-        decode_snapshot(data, source="x")
+        entries = decode_snapshot(data, source="x")
     except CorruptSnapshotError:
-        pass
+        return
+    assert good_crc
+    assert len(data) == 10 + 46 * len(entries)
