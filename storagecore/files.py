@@ -19,6 +19,8 @@ INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
 TXN_INDEX_SUFFIX: Final = ".txnindex"
 SNAPSHOT_SUFFIX: Final = ".snapshot"
+#: A producer-state snapshot being written (``durability.write_atomically``'s ``.tmp``).
+SNAPSHOT_TMP_SUFFIX: Final = SNAPSHOT_SUFFIX + ".tmp"
 INDEX_SUFFIXES: Final = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 SEGMENT_SUFFIXES: Final = (LOG_SUFFIX, *INDEX_SUFFIXES)
 

@@ -92,12 +92,15 @@ def segment_bases(names: Iterable[str]) -> list[int]:
 
 
 def temporary_file_names(names: Iterable[str]) -> list[str]:
-    """``.cleaned``, ``.swap`` and ``.deleted`` files: what an interrupted operation leaves."""
-    return [
-        name
-        for name in names
-        if name.endswith((files.CLEANED_SUFFIX, files.SWAP_SUFFIX, files.DELETED_SUFFIX))
-    ]
+    """``.cleaned``, ``.swap``, ``.deleted`` and ``.snapshot.tmp`` files: what an interrupted
+    operation leaves."""
+    suffixes = (
+        files.CLEANED_SUFFIX,
+        files.SWAP_SUFFIX,
+        files.DELETED_SUFFIX,
+        files.SNAPSHOT_TMP_SUFFIX,
+    )
+    return [name for name in names if name.endswith(suffixes)]
 
 
 def orphan_index_names(names: Iterable[str]) -> list[str]:

@@ -283,7 +283,7 @@ class ProducerStateManager:
         offsets: list[int] = []
         for path in self.directory.iterdir():
             name = path.name
-            if name.endswith(files.SNAPSHOT_SUFFIX + snapshot.TMP_SUFFIX):
+            if name.endswith(files.SNAPSHOT_TMP_SUFFIX):
                 logger.warning(
                     "%s Deleting %s, a snapshot whose write did not finish", self.prefix, name
                 )

@@ -56,9 +56,6 @@ FIRST_ENTRY_OFFSET: Final = ENTRIES_OFFSET + struct.calcsize(">i")
 assert HEADER.size == FIRST_ENTRY_OFFSET == 10
 assert ENTRY.size == 46
 
-TMP_SUFFIX: Final = ".tmp"
-"""Suffix of a snapshot being written (:func:`storagecore.durability.write_atomically`)."""
-
 
 def snapshot_file(directory: Path, offset: int) -> Path:
     return directory / f"{files.filename_prefix(offset)}{files.SNAPSHOT_SUFFIX}"

@@ -2,7 +2,8 @@
 
 ``.log``: one line per batch with every header field; with ``records=True`` one ``|`` line per
 record (control records show the marker). ``.index`` / ``.timeindex``: one line per entry.
-Checkpoint files: version, count and entries. Reads, never writes.
+``.snapshot``: one line per producer, as kafka-dump-log prints it. Checkpoint files: version,
+count and entries. Reads, never writes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from storagecore import files, log_dir_view
 from storagecore.errors import StorageError
+from storagecore.producer_state.snapshot import read_snapshot
 from storagecore.records import layout
 from storagecore.records.batch import ControlType, Record, RecordBatch
 from storagecore.records.file_records import FileRecords
@@ -30,6 +32,8 @@ def dump_file(path: Path, *, records: bool = False, max_bytes: int = 1 << 62) ->
         base = files.offset_from_file_name(name)
         for timestamp, offset in log_dir_view.time_index_entries(path, base):
             yield f"timestamp: {timestamp} offset: {offset}"
+    elif name.endswith(files.SNAPSHOT_SUFFIX):
+        yield from _dump_snapshot(path)
     elif name in log_dir_view.CHECKPOINT_FILES:
         offsets = log_dir_view.read_checkpoint(path)
         yield "version: 0"
@@ -40,8 +44,8 @@ def dump_file(path: Path, *, records: bool = False, max_bytes: int = 1 << 62) ->
         yield f"clean shutdown marker: {path.read_text(encoding='utf-8', errors='replace').strip()}"
     else:
         raise StorageError(
-            f"{path}: don't know how to dump this file (expected .log, .index, .timeindex or a "
-            "checkpoint file)"
+            f"{path}: don't know how to dump this file (expected .log, .index, .timeindex, "
+            ".snapshot or a checkpoint file)"
         )
 
 
@@ -67,6 +71,27 @@ def _dump_log(path: Path, *, records: bool, max_bytes: int) -> Iterator[str]:
             )
     finally:
         log.close()
+
+
+def _dump_snapshot(path: Path) -> Iterator[str]:
+    """Kafka's line per producer: its state, then its last batch if it has one. A corrupt
+    snapshot raises CorruptSnapshotError naming the file and the field's offset."""
+    for entry in read_snapshot(path):
+        txn = entry.current_txn_first_offset
+        line = (
+            f"producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch} "
+            f"coordinatorEpoch: {entry.coordinator_epoch} "
+            f"currentTxnFirstOffset: {_optional_long(txn)} "
+            f"lastTimestamp: {entry.last_timestamp} "
+        )
+        if entry.batches:
+            last = entry.batches[0]
+            line += (
+                f"firstSequence: {last.first_sequence} lastSequence: {last.last_sequence} "
+                f"lastOffset: {last.last_offset} offsetDelta: {last.offset_delta} "
+                f"timestamp: {last.timestamp}"
+            )
+        yield line
 
 
 def format_batch(batch: RecordBatch, position: int) -> str:

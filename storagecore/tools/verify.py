@@ -3,7 +3,8 @@
 For every partition directory: each batch's size, magic and CRC and the framing of its records;
 offsets increasing across batches and segments and addressable from the segment base; no bytes
 after the last complete batch; offset and time index entries sorted, pointing at batch starts
-and inside the segment; leftover temporary files. For the log dir root: every checkpoint file
+and inside the segment; producer-state snapshots decode (CRC, version, length) and lie within
+the log; leftover temporary files. For the log dir root: every checkpoint file
 parses and its offsets lie within the partition's ``[first segment base, log end]``.
 
 Findings are ``error`` (data the loader would have to truncate or rebuild, or a checkpoint it
@@ -21,9 +22,16 @@ from pathlib import Path
 
 from storagecore import files, log_dir_view
 from storagecore.config import TopicPartition
-from storagecore.errors import ConfigError, CorruptCheckpointError, CorruptRecordError, StorageError
+from storagecore.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    CorruptRecordError,
+    CorruptSnapshotError,
+    StorageError,
+)
 from storagecore.index.offset_index import ENTRY as OFFSET_ENTRY
 from storagecore.index.time_index import ENTRY as TIME_ENTRY
+from storagecore.producer_state.snapshot import is_snapshot_file_name, read_snapshot
 from storagecore.records import layout
 from storagecore.records.file_records import FileRecords
 
@@ -182,7 +190,25 @@ def _verify_partition(
             summary.first_offset = base
         expected = max(next_offset, base)
         summary.next_offset = expected
+    for name in names:
+        if is_snapshot_file_name(name):
+            _verify_snapshot(directory / name, summary, report)
     return summary
+
+
+def _verify_snapshot(path: Path, summary: PartitionSummary, report: VerifyReport) -> None:
+    """A corrupt snapshot is one the loader would discard (an error); one beyond the log end
+    is one it would delete (a warning: a truncation left it)."""
+    try:
+        read_snapshot(path)
+    except CorruptSnapshotError as exc:
+        report.error(path, str(exc).removeprefix(f"{path}: "))
+        return
+    offset = files.offset_from_file_name(path.name)
+    if summary.next_offset is not None and offset > summary.next_offset:
+        report.warning(
+            path, f"producer snapshot at {offset}, beyond the log end {summary.next_offset}"
+        )
 
 
 def _verify_segment(

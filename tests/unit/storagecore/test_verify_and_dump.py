@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storagecore import LogConfig, LogManager, ManualClock, TopicPartition
+from storagecore import LogConfig, LogManager, ManualClock, TopicPartition, build_batch
 from storagecore.tools.dump import dump_file
 from storagecore.tools.verify import verify_log_dir
-from tests.conftest import batch
+from tests.conftest import START_MS, batch, records
 
 
 def make_dir(root: Path, clock: ManualClock) -> Path:
@@ -72,3 +72,59 @@ def test_a_live_directory_reports_the_active_segment_as_warnings(
         assert any("in use by another process" in str(f) for f in report.findings)
         assert any("expected while the segment is being written" in str(f) for f in report.findings)
     assert verify_log_dir(tmp_path).findings == []  # after the clean shutdown: nothing at all
+
+
+def idempotent_dir(root: Path, clock: ManualClock) -> Path:
+    """Two producers' batches, a roll (a snapshot at its base) and a clean shutdown (one at
+    the log end)."""
+    with LogManager([root], clock=clock) as manager:
+        log = manager.get_or_create_log(TopicPartition("p", 0))
+        for sequence, pid in ((0, 5), (0, 6), (3, 5)):
+            log.append(
+                build_batch(
+                    records(3, start_ms=START_MS + sequence),
+                    producer_id=pid,
+                    producer_epoch=2,
+                    base_sequence=sequence,
+                )
+            )
+            if pid == 6:
+                log.roll()
+    return root / "p-0"
+
+
+def test_dump_prints_snapshots_like_kafka_dump_log(tmp_path: Path, clock: ManualClock) -> None:
+    partition = idempotent_dir(tmp_path, clock)
+    assert sorted(p.name for p in partition.glob("*.snapshot")) == [
+        "00000000000000000006.snapshot",
+        "00000000000000000009.snapshot",
+    ]
+    lines = list(dump_file(partition / "00000000000000000009.snapshot"))
+    assert lines[1:] == [
+        "producerId: 5 producerEpoch: 2 coordinatorEpoch: -1 "
+        "currentTxnFirstOffset: OptionalLong.empty "
+        f"lastTimestamp: {START_MS + 5} firstSequence: 3 lastSequence: 5 lastOffset: 8 "
+        f"offsetDelta: 2 timestamp: {START_MS + 5}",
+        "producerId: 6 producerEpoch: 2 coordinatorEpoch: -1 "
+        "currentTxnFirstOffset: OptionalLong.empty "
+        f"lastTimestamp: {START_MS + 2} firstSequence: 0 lastSequence: 2 lastOffset: 5 "
+        f"offsetDelta: 2 timestamp: {START_MS + 2}",
+    ]
+
+
+def test_verify_checks_snapshots(tmp_path: Path, clock: ManualClock) -> None:
+    partition = idempotent_dir(tmp_path, clock)
+    assert verify_log_dir(tmp_path).findings == []
+    newest = partition / "00000000000000000009.snapshot"
+    data = newest.read_bytes()
+    newest.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    (partition / "00000000000000000099.snapshot").write_bytes(
+        (partition / "00000000000000000006.snapshot").read_bytes()
+    )
+    (partition / "00000000000000000012.snapshot.tmp").write_bytes(b"\x00\x01")
+    report = verify_log_dir(tmp_path)
+    (error,) = report.errors
+    assert str(error).startswith(f"ERROR {newest}: CRC at offset 2 is 0x")
+    warnings = [str(f) for f in report.findings if f.severity == "warning"]
+    assert any("12.snapshot.tmp: temporary file" in w for w in warnings)
+    assert any("producer snapshot at 99, beyond the log end 9" in w for w in warnings)
