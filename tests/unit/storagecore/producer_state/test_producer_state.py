@@ -214,3 +214,16 @@ def test_a_roll_forgets_producers_idle_for_the_expiration(
     assert log.producer_state.last_entry(PID) is None
     assert read_snapshot(log.directory / f"{4:020d}.snapshot")[0].producer_id == 9
     log.close()
+
+
+def test_a_bulk_append_is_caught_up_at_its_final_roll(tmp_path: Path, clock: ManualClock) -> None:
+    log = open_log(tmp_path, clock)
+    log.append(idempotent(0))
+    log.bulk_append([idempotent(2), idempotent(4), idempotent(0, pid=8)])
+    entry = log.producer_state.last_entry(PID)
+    assert entry is not None and [b.first_offset for b in entry.batches] == [0, 2, 4]
+    assert log.producer_state.map_end_offset == log.log_end_offset == 8
+    rolled = read_snapshot(log.directory / f"{8:020d}.snapshot")
+    assert {e.producer_id: e.last_data_offset for e in rolled} == {PID: 5, 8: 7}
+    assert log.append(idempotent(4)).duplicate
+    log.close()
