@@ -199,7 +199,9 @@ class ProducerStateManager:
 
     def replay(self, batches: Iterable[RecordBatch]) -> None:
         """Apply batches read back from the log, in offset order, without refusing any
-        (Kafka's ``loadProducersFromRecords``); the map end offset follows them."""
+        (Kafka's ``loadProducersFromRecords``). The batches may leave out those without a
+        producer (``LogSegment.producer_batches`` skips them natively), so the map end offset
+        only follows them here: callers set it to where the replay ends."""
         infos: dict[int, ProducerAppendInfo] = {}
         for batch in batches:
             if batch.has_producer_id:
@@ -376,7 +378,7 @@ def rebuild_producer_state(
                 manager.take_snapshot()
             manager.replay(
                 batch
-                for batch in segment.header_batches(start)
+                for batch in segment.producer_batches(start)
                 if batch.base_offset < last_offset and batch.last_offset >= start
             )
     manager.map_end_offset = last_offset
@@ -397,7 +399,7 @@ def _batches_between(segments: Sequence[LogSegment], start: int, end: int) -> It
     for segment in segments:
         if segment.next_offset() <= start or segment.base_offset >= end:
             continue
-        for batch in segment.header_batches(start):
+        for batch in segment.producer_batches(start):
             if batch.base_offset >= end:
                 break
             if batch.last_offset >= start:

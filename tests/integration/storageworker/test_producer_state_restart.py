@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from storagecore.records.batch import NewRecord, build_batch
+from storagecore.records.batch import NewRecord
+from storagecore.records.memory_records_builder import build_batch
 from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
 from tests.kafka_support.raw_client import RawClient, produce
 
