@@ -46,6 +46,7 @@ from storagecore.errors import (
     InvalidRecordError,
     LogDirOfflineError,
     OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     StorageError,
     UnknownTopicOrPartitionError,
@@ -63,6 +64,7 @@ class ErrorCode(enum.IntEnum):
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
     MESSAGE_TOO_LARGE = 10
+    RECORD_LIST_TOO_LARGE = 18
     INVALID_REQUIRED_ACKS = 21
     INVALID_TIMESTAMP = 32
     UNSUPPORTED_SASL_MECHANISM = 33
@@ -141,6 +143,8 @@ class Request:
 def error_for(exc: Exception) -> ErrorCode | int:
     if isinstance(exc, SequenceError):
         return exc.code
+    if isinstance(exc, RecordBatchTooLargeError):
+        return ErrorCode.RECORD_LIST_TOO_LARGE
     if isinstance(exc, RecordTooLargeError):
         return ErrorCode.MESSAGE_TOO_LARGE
     if isinstance(exc, CorruptRecordError):

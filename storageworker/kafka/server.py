@@ -41,7 +41,8 @@ from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import FileRegion
 from storageworker.kafka import apis, messages
-from storageworker.kafka.groups import OFFSETS_TOPIC, GroupCoordinator
+from storageworker.kafka.groups import GroupCoordinator
+from storageworker.kafka.offset_records import OFFSETS_TOPIC
 from storageworker.kafka.producers import PartitionProducers, ProducerIds
 from storageworker.kafka.sasl import MECHANISMS, AuthenticationError, Authenticator, User
 from storageworker.kafka.schema import decode, encode
@@ -587,7 +588,7 @@ class KafkaServer:
         if key == 10:
             return apis.find_coordinator(request, broker)
         if key == 11:
-            return await groups.join(data, request.client_id or "")
+            return await groups.join(data, request.client_id or "", request.version)
         if key == 12:
             return groups.heartbeat(data)
         if key == 13:
