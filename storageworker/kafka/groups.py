@@ -30,7 +30,6 @@ worker thread through the ``append`` callable.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import struct
 import time
@@ -41,6 +40,7 @@ from typing import Any, Final
 from storagecore.config import TopicPartition
 from storagecore.records.batch import NewRecord, iter_complete_batches
 from storagecore.records.memory_records_builder import build_batch
+from storageworker.kafka.classic_group import Group, Member
 from storageworker.kafka.offset_records import (
     OFFSETS_TOPIC,
     CommittedOffset,
@@ -75,49 +75,15 @@ SESSION_TIMEOUT_MS_MIN: Final = 1_000
 SESSION_TIMEOUT_MS_MAX: Final = 1_800_000
 
 
-@dataclasses.dataclass
-class Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    last_heartbeat: float = 0.0
-    assignment: bytes = b""
-    join: asyncio.Future[dict[str, Any]] | None = None
-    sync: asyncio.Future[dict[str, Any]] | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next(meta for name, meta in self.protocols if name == protocol)
-
-
-@dataclasses.dataclass
-class Group:
-    group_id: str
-    state: str = "Empty"
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = dataclasses.field(default_factory=dict)
-    join_deadline: asyncio.TimerHandle | None = None
-    #: Member ids handed out with MEMBER_ID_REQUIRED → when they lapse (clock seconds).
-    pending: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: group.instance.id → the member id of that static member now.
-    # Invariant: every value is a key of ``members`` whose ``instance_id`` is the key.
-    static: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def fenced(self, member_id: str, instance_id: str | None) -> int:
-        """Kafka's check of a static member's ids: NONE, UNKNOWN_MEMBER_ID or
-        FENCED_INSTANCE_ID (another member id holds the instance id now)."""
-        if instance_id is None:
-            return NONE
-        current = self.static.get(instance_id)
-        if current is None:
-            return UNKNOWN_MEMBER_ID
-        return NONE if current == member_id else FENCED_INSTANCE_ID
+def fenced(group: Group, member_id: str, instance_id: str | None) -> int:
+    """Kafka's check of a static member's ids: NONE, UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID
+    (another member id holds the instance id now)."""
+    if instance_id is None:
+        return NONE
+    current = group.static.get(instance_id)
+    if current is None:
+        return UNKNOWN_MEMBER_ID
+    return NONE if current == member_id else FENCED_INSTANCE_ID
 
 
 class GroupCoordinator:
@@ -183,7 +149,7 @@ class GroupCoordinator:
         elif group is not None and group.members and generation >= 0:
             # A member's commit must belong to the current generation; a simple consumer
             # (generation -1, assign()) may commit while the group has no members.
-            error = group.fenced(member_id, data.get("group_instance_id"))
+            error = fenced(group, member_id, data.get("group_instance_id"))
             if error != NONE:
                 pass
             elif member_id not in group.members:
@@ -287,7 +253,7 @@ class GroupCoordinator:
         if member_id and group.pending.pop(member_id, None) is not None:
             pass  # the id handed out with MEMBER_ID_REQUIRED: a new member joins with it
         elif member_id:
-            error = group.fenced(member_id, instance_id)
+            error = fenced(group, member_id, instance_id)
             if error == NONE and member_id not in group.members:
                 error = UNKNOWN_MEMBER_ID
             if error != NONE:
@@ -496,9 +462,9 @@ class GroupCoordinator:
         member_id, generation = data["member_id"], data["generation_id"]
         member = group.members.get(member_id) if group is not None else None
         if group is not None:
-            fenced = group.fenced(member_id, data.get("group_instance_id"))
-            if fenced != NONE:
-                return group, None, fenced
+            code = fenced(group, member_id, data.get("group_instance_id"))
+            if code != NONE:
+                return group, None, code
         if group is None or member is None:
             return group, None, UNKNOWN_MEMBER_ID
         if generation != group.generation:
@@ -549,7 +515,7 @@ class GroupCoordinator:
             if group is not None and instance_id is not None:
                 # A static member may leave by its instance id alone (member id empty).
                 current = group.static.get(instance_id)
-                code = group.fenced(member_id or (current or ""), instance_id)
+                code = fenced(group, member_id or (current or ""), instance_id)
                 member_id = current or member_id
             else:
                 code = NONE

@@ -40,7 +40,8 @@ from storagecore.log import FetchResult, Log
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import FileRegion
-from storageworker.kafka import apis, messages
+from storageworker.kafka import apis, messages, topic_configs
+from storageworker.kafka.counters import Histogram, KafkaCounters
 from storageworker.kafka.groups import GroupCoordinator
 from storageworker.kafka.offset_records import OFFSETS_TOPIC
 from storageworker.kafka.producers import PartitionProducers, ProducerIds
@@ -51,10 +52,6 @@ from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
 
-LATENCY_BUCKETS_S: Final = (
-    *(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
-    *(1.0, 2.5, 5.0, 10.0, 30.0),  # Fetch waits, group joins
-)
 OFFSETS_TOPIC_CONFIG: Final = {
     "cleanup.policy": "compact",
     "segment.bytes": str(100 * 1024 * 1024),
@@ -128,42 +125,6 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-@dataclasses.dataclass
-class Histogram:
-    buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
-    count: int = 0
-    total_s: float = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.count += 1
-        self.total_s += seconds
-        for i, bound in enumerate(LATENCY_BUCKETS_S):
-            if seconds <= bound:
-                self.buckets[i] += 1
-                break
-
-
-@dataclasses.dataclass
-class KafkaCounters:
-    """Monotonic counters for the worker's metrics."""
-
-    connections: int = 0
-    open_connections: int = 0
-    requests: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
-    errors: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
-    """(API, error code) → partitions/items answered with that code (0 excluded)."""
-    latency: dict[str, Histogram] = dataclasses.field(default_factory=dict)
-    bytes_in: int = 0
-    bytes_out: int = 0
-    #: Of ``bytes_out``: record bytes sent by sendfile straight from segment files.
-    bytes_out_zero_copy: int = 0
-    refused_connections: int = 0
-    malformed_requests: int = 0
-    timed_out_connections: int = 0
-    failed_authentications: int = 0
-    duplicate_batches: int = 0
 
 
 class WorkerBroker:
@@ -279,7 +240,8 @@ class WorkerBroker:
 
     def topic_config(self, topic: str) -> tuple[dict[str, str], set[str]]:
         spec = self.worker.topics[topic]
-        return spec.config.to_topic_config(), set(spec.topic_config)
+        values = topic_configs.reported(spec.config.to_topic_config(), dict(spec.topic_config))
+        return values, set(spec.topic_config) & values.keys()
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next()

@@ -94,6 +94,28 @@ def _wait_for_leaders(address: str) -> None:
     raise AssertionError(f"the broker has no leaders for {sorted(set(TOPICS) - ready)}")
 
 
+def wait_for_group_coordinator(address: str, group: str) -> None:
+    """Until OffsetFetch for ``group`` answers without a coordinator error. Kafka's broker
+    creates ``__consumer_offsets`` on the first group request and loads its partitions
+    (answering COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS
+    meanwhile, which clients retry); the worker holds the topic from its start."""
+    import threading
+
+    pause = threading.Event()
+    code = -1
+    for _ in range(600):
+        with RawClient(address) as client:
+            found = client.call(10, 3, {"key": group, "key_type": 0})
+            code = found["error_code"]
+            if code == 0:
+                code = client.call(9, 7, {"group_id": group, "topics": None})["error_code"]
+        if code == 0:
+            return
+        assert code in (14, 15, 16), f"{address}: group coordinator answered {code}"
+        pause.wait(0.1)
+    raise AssertionError(f"{address}: no group coordinator for {group} (last error {code})")
+
+
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     missing = maven.missing_tools()
@@ -103,6 +125,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     try:
         broker.start()
         _create_on_broker(broker.address)
+        wait_for_group_coordinator(broker.address, "peers")
         yield broker
     finally:
         broker.stop()
