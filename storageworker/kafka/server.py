@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import logging
 import socket
-import ssl
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Final
 
 from storagecore.config import LogConfig, TopicPartition, TopicSpec
 from storagecore.errors import (
-    ConfigError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
@@ -43,9 +39,10 @@ from storagecore.records.file_records import FileRegion
 from storageworker.kafka import apis, messages, topic_configs
 from storageworker.kafka.counters import Histogram, KafkaCounters
 from storageworker.kafka.groups import GroupCoordinator
+from storageworker.kafka.listener_settings import ListenerSettings
 from storageworker.kafka.offset_records import OFFSETS_TOPIC
 from storageworker.kafka.producers import PartitionProducers, ProducerIds
-from storageworker.kafka.sasl import MECHANISMS, AuthenticationError, Authenticator, User
+from storageworker.kafka.sasl import AuthenticationError, Authenticator
 from storageworker.kafka.schema import decode, encode
 from storageworker.kafka.wire import ProtocolError, Reader, Writer, frame_size
 from storageworker.worker import Worker
@@ -60,71 +57,6 @@ OFFSETS_TOPIC_CONFIG: Final = {
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _ALWAYS_ALLOWED: Final = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
-
-
-@dataclasses.dataclass(frozen=True)
-class ListenerSettings:
-    """How the ``kafka`` port listens (``logkeeper serve --kafka-*``)."""
-
-    host: str = "127.0.0.1"
-    port: int = 9092
-    advertised_host: str | None = None
-    """The host name clients are told to connect to (Metadata); default: ``host``, or the
-    machine's name when ``host`` is a wildcard address."""
-    max_connections: int = 1000
-    max_request_bytes: int = 100 * 1024 * 1024
-    request_timeout_ms: int = 30_000
-    idle_timeout_ms: int = 600_000
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_client_ca_file: Path | None = None
-    """When set, clients must present a certificate signed by this CA (mutual TLS)."""
-    sasl_users: dict[str, User] | None = None
-    sasl_mechanisms: tuple[str, ...] = MECHANISMS
-    allow_plaintext: bool = False
-    """Serve without TLS and SASL on a non-loopback address (a private network)."""
-    offsets_topic_partitions: int = 10
-    """Partitions of ``__consumer_offsets``. Groups map to partitions by hash: never change
-    it on a volume that already has the topic."""
-
-    def check(self) -> None:
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ConfigError("kafka listener: TLS needs both a certificate and a key file")
-        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
-            raise ConfigError("kafka listener: a client CA needs TLS (certificate and key)")
-        if not 1 <= self.offsets_topic_partitions <= 1000:
-            raise ConfigError("kafka listener: offsets topic partitions must be 1-1000")
-        unknown = set(self.sasl_mechanisms) - set(MECHANISMS)
-        if unknown:
-            raise ConfigError(f"kafka listener: unknown SASL mechanisms {sorted(unknown)}")
-        secured = self.tls_cert_file is not None or self.sasl_users is not None
-        if not secured and not self.allow_plaintext and not _is_loopback(self.host):
-            raise ConfigError(
-                f"kafka listener: {self.host} is not a loopback address; configure TLS or "
-                "SASL, or allow plaintext explicitly (--kafka-allow-plaintext)"
-            )
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if self.tls_cert_file is None:
-            return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            context.load_cert_chain(str(self.tls_cert_file), str(self.tls_key_file))
-            if self.tls_client_ca_file is not None:
-                context.load_verify_locations(str(self.tls_client_ca_file))
-                context.verify_mode = ssl.CERT_REQUIRED
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"kafka listener: cannot load TLS files: {exc}") from None
-        return context
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class WorkerBroker:
@@ -421,6 +353,13 @@ class KafkaServer:
             counters.timed_out_connections += 1
             logger.info("Kafka connection from %s closed: timed out", peer)
         except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        except asyncio.CancelledError:
+            # The listener is stopping (stop() cancels every task): the connection ends here
+            # and is closed below. The handler returns instead of ending cancelled, which
+            # asyncio's stream callback would log as an error with a traceback, one per
+            # connection still open at SIGTERM.
+            logger.debug("Kafka connection from %s closed: the listener is stopping", peer)
             return
         except ProtocolError as exc:
             counters.malformed_requests += 1
