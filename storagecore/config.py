@@ -94,7 +94,7 @@ class LogConfig:
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = 3_600_000
     """Newest CreateTime accepted, after the broker's clock: Kafka 4's default is one hour
-    (KIP-1030; it was unbounded before 4.0)."""
+    (it was unbounded before 4.0)."""
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     preallocate: bool = False

@@ -67,3 +67,19 @@ def test_librdkafka_transactional_producer_fails_fast_on_the_worker(peers: Peers
     error = raised.value.args[0]
     assert error.fatal() and not error.retriable()
     assert "transactions are not supported" in error.str()
+
+
+def test_kafka_refuses_segments_below_one_mib_the_worker_accepts_them(peers: Peers) -> None:
+    """A documented difference (README): storagecore keeps Kafka 3's floor for segment.bytes."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from storagecore.config import LogConfig
+
+    admin = AdminClient({"bootstrap.servers": peers.kafka})
+    [future] = admin.create_topics(
+        [NewTopic("tiny-segments", 1, 1, config={"segment.bytes": "16384"})]
+    ).values()
+    with pytest.raises(Exception, match="segment.bytes") as refused:
+        future.result(30)
+    assert refused.value.args[0].name() == "INVALID_CONFIG"
+    assert LogConfig.from_topic_config({"segment.bytes": "16384"}).segment_bytes == 16384
