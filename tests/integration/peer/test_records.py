@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from storagecore.records.batch import NewRecord, build_batch
+from storagecore.records.batch import NewRecord
+from storagecore.records.memory_records_builder import build_batch
 from tests.integration.peer.conftest import CODECS, SEGMENT_BYTES, Peers
 from tests.kafka_support.java_client import java_client
 from tests.kafka_support.raw_client import RawClient, produce
