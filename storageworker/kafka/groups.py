@@ -388,7 +388,11 @@ class GroupCoordinator:
         group.join_deadline = loop.call_later(timeout_ms / 1000, self._complete_join, group)
 
     def _maybe_complete_join(self, group: Group) -> None:
-        if group.state != "PreparingRebalance":
+        """Complete the join once every member has rejoined and no member id handed out
+        with MEMBER_ID_REQUIRED is still unused (Kafka waits for those members too: two
+        consumers starting together land in one generation); the rebalance timeout completes
+        it anyway."""
+        if group.state != "PreparingRebalance" or group.pending:
             return
         if all(m.join is not None and not m.join.done() for m in group.members.values()):
             self._complete_join(group)
@@ -560,8 +564,11 @@ class GroupCoordinator:
         """Remove members whose session timed out (called periodically)."""
         now = self.clock()
         for group in list(self.groups.values()):
-            for member_id in [m for m, lapse in group.pending.items() if lapse < now]:
+            lapsed = [m for m, lapse in group.pending.items() if lapse < now]
+            for member_id in lapsed:
                 del group.pending[member_id]
+            if lapsed:
+                self._maybe_complete_join(group)
             expired = [
                 m.member_id
                 for m in group.members.values()

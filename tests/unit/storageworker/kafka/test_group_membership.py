@@ -87,6 +87,21 @@ def test_a_new_dynamic_member_is_asked_for_its_id_and_an_unused_id_lapses() -> N
     asyncio.run(scenario())
 
 
+def test_the_first_join_waits_for_members_that_were_handed_an_id() -> None:
+    async def scenario() -> None:
+        coordinator = groups.GroupCoordinator(_append, 1)
+        ids = [(await coordinator.join(join_request(), c, 4))["member_id"] for c in "ab"]
+        first = asyncio.ensure_future(coordinator.join(join_request(ids[0]), "a", 4))
+        await asyncio.sleep(0)
+        assert not first.done()  # b was handed an id: the group waits for it
+        second = await coordinator.join(join_request(ids[1]), "b", 4)
+        answers = [await first, second]
+        assert [a["generation_id"] for a in answers] == [1, 1]
+        assert len(answers[0]["members"]) == 2  # the leader assigns to both at once
+
+    asyncio.run(scenario())
+
+
 def test_a_static_member_rejoins_without_a_rebalance_and_its_old_id_is_fenced() -> None:
     async def scenario() -> None:
         coordinator = groups.GroupCoordinator(_append, 1)
