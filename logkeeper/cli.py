@@ -544,8 +544,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from storagecore.errors import ConfigError
+    from storageworker.kafka.listener_settings import ListenerSettings
     from storageworker.kafka.sasl import load_users
-    from storageworker.kafka.server import ListenerSettings
     from storageworker.serve import serve
 
     level = str(args.log_level).upper()

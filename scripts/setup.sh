@@ -33,3 +33,9 @@ if [[ ",${extras}," == *",dev,"* ]] && ! command -v kcat >/dev/null 2>&1; then
       || echo "setup: could not install kcat (apt-get); its tests will be skipped" >&2
   fi
 fi
+# Apache Kafka 4.3.1 (broker and Java client) for the differential tests (dev only): resolved
+# from Maven Central into ~/.m2 by tests/kafka_support/pom.xml, the tests' Java program
+# compiled; both cached by content. Without mvn/javac/java it says so and those tests skip.
+if [[ ",${extras}," == *",dev,"* ]]; then
+  .venv/bin/python -m tests.kafka_support.maven >&2
+fi

@@ -92,7 +92,9 @@ class LogConfig:
     """Largest batch accepted, including its 12-byte log overhead."""
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
+    """Newest CreateTime accepted, after the broker's clock: Kafka 4's default is one hour
+    (it was unbounded before 4.0)."""
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     preallocate: bool = False

@@ -11,7 +11,8 @@ broken invariant) are ``AssertionError`` and are never caught::
         x UnsupportedCompressionError  codec id outside 0..4
       x InvalidRecordError          well-formed but not acceptable (null key on a compacted topic,
                                     timestamp out of range, control batch from a client, ...)
-        x RecordTooLargeError       batch above max.message.bytes or segment.bytes
+        x RecordTooLargeError       batch above max.message.bytes (Kafka: MESSAGE_TOO_LARGE)
+          x RecordBatchTooLargeError  an append above segment.bytes (RECORD_LIST_TOO_LARGE)
       x CorruptIndexError           index file fails its sanity check; rebuilt from the log
       x CorruptCheckpointError      checkpoint file unreadable; treated as empty by the loader
       x CorruptSnapshotError        producer-state snapshot unreadable; deleted, an older one or
@@ -49,6 +50,12 @@ class InvalidRecordError(StorageError):
 
 class RecordTooLargeError(InvalidRecordError):
     """A batch larger than ``max.message.bytes`` or an append larger than ``segment.bytes``."""
+
+
+class RecordBatchTooLargeError(RecordTooLargeError):
+    """An append larger than ``segment.bytes``: it could never fit in a segment (Kafka's
+    ``RecordBatchTooLargeException``, answered as RECORD_LIST_TOO_LARGE, where a batch above
+    ``max.message.bytes`` is MESSAGE_TOO_LARGE)."""
 
 
 class CorruptIndexError(StorageError):

@@ -24,7 +24,7 @@ from pathlib import Path
 from storagecore import files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
-from storagecore.errors import OffsetOutOfRangeError, RecordTooLargeError
+from storagecore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
 from storagecore.index import TimestampOffset
 from storagecore.loader import load_log
 from storagecore.local_log import IoErrorCallback, LocalLog
@@ -221,7 +221,7 @@ class Log:
             return producers.duplicate_info(self._log_start_offset)
         size = len(validated.buffer)
         if size > config.segment_bytes:
-            raise RecordTooLargeError(
+            raise RecordBatchTooLargeError(
                 f"{self.tp}: append of {size} bytes exceeds segment.bytes={config.segment_bytes}"
             )
         segment = self._maybe_roll(

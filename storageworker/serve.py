@@ -22,9 +22,10 @@ from storagecore.clock import Clock
 from storagecore.errors import StorageError
 from storageworker import logs
 from storageworker.http import AdminServer, read_token
-from storageworker.kafka.groups import OFFSETS_TOPIC
+from storageworker.kafka.listener_settings import ListenerSettings
 from storageworker.kafka.metrics import KafkaCollector
-from storageworker.kafka.server import KafkaServer, ListenerSettings, offsets_topic_spec
+from storageworker.kafka.offset_records import OFFSETS_TOPIC
+from storageworker.kafka.server import KafkaServer, offsets_topic_spec
 from storageworker.settings import WorkerSettings
 from storageworker.worker import Worker
 

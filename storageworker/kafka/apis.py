@@ -12,7 +12,7 @@ ListOffsets        2    1-7       earliest (-2), latest (-1), max timestamp (-3)
 Metadata           3    1-12      this worker as the only broker, leader of everything
 OffsetCommit       8    2-8       stored in ``__consumer_offsets``
 OffsetFetch        9    1-7
-FindCoordinator    10   0-4       this worker coordinates every group
+FindCoordinator    10   0-4       this worker coordinates every group; transactions: 53
 JoinGroup          11   0-9       the classic group protocol (:mod:`.groups`)
 Heartbeat          12   0-4
 LeaveGroup         13   0-5
@@ -20,7 +20,7 @@ SyncGroup          14   0-5
 SaslHandshake      17   0-1       PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 when configured
 ApiVersions        18   0-3       a newer request gets UNSUPPORTED_VERSION in v0
 DeleteRecords      21   0-2       moves the log start offset (Kafka's rule)
-InitProducerId     22   0-4       idempotent producers; no transactions
+InitProducerId     22   0-4       idempotent producers; a transactional id is refused (53)
 DescribeConfigs    32   1-4       topic configs (Kafka's keys and values)
 SaslAuthenticate   36   0-2
 =================  ===  ========  ===========================================================
@@ -49,6 +49,7 @@ from storagecore.errors import (
     LogDirOfflineError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     StorageError,
     UnknownTopicOrPartitionError,
@@ -65,6 +66,7 @@ class ErrorCode(enum.IntEnum):
     CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
     MESSAGE_TOO_LARGE = 10
+    RECORD_LIST_TOO_LARGE = 18
     INVALID_REQUIRED_ACKS = 21
     INVALID_TIMESTAMP = 32
     UNSUPPORTED_SASL_MECHANISM = 33
@@ -74,6 +76,7 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SASL_AUTHENTICATION_FAILED = 58
     KAFKA_STORAGE_ERROR = 56
     INVALID_RECORD = 87
@@ -143,6 +146,8 @@ class Request:
 
 
 def error_for(exc: Exception) -> ErrorCode | int:
+    if isinstance(exc, RecordBatchTooLargeError):
+        return ErrorCode.RECORD_LIST_TOO_LARGE
     if isinstance(exc, OutOfOrderSequenceError):
         return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     if isinstance(exc, InvalidProducerEpochError):
@@ -192,7 +197,9 @@ def metadata(request: Request, broker: Broker) -> dict[str, Any]:
     wanted = request.data["topics"]
     served = broker.partitions()
     if wanted is None or (request.version == 0 and not wanted):
-        names: list[str | None] = [n for n in sorted(served) if not broker.is_internal(n)]
+        # Every topic, the internal ones too (marked is_internal), as Kafka answers: admin
+        # clients filter them unless asked (``listTopics(listInternal=true)``).
+        names: list[str | None] = [name for name in sorted(served)]
     else:
         names = [t["name"] for t in wanted]
     node = broker.node_id
@@ -476,11 +483,18 @@ def describe_configs(request: Request, broker: Broker) -> dict[str, Any]:
 # -- InitProducerId --------------------------------------------------------------------------
 
 
+#: Why a transactional id is refused (FindCoordinator answers it to the client).
+NO_TRANSACTIONS: Final = (
+    "transactions are not supported by this worker yet: produce without transactional.id "
+    "(idempotent producers are served)"
+)
+
+
 def init_producer_id(request: Request, broker: Broker) -> dict[str, Any]:
     if request.data["transactional_id"] is not None:
         # Transactions need a transaction coordinator and markers written on commit/abort:
-        # not served. An idempotent producer (no transactional.id) is.
-        return {"error_code": ErrorCode.UNSUPPORTED_VERSION}
+        # not served yet (see find_coordinator). An idempotent producer is.
+        return {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id()}
 
 
@@ -488,12 +502,16 @@ def init_producer_id(request: Request, broker: Broker) -> dict[str, Any]:
 
 
 def find_coordinator(request: Request, broker: Broker) -> dict[str, Any]:
-    """Every group's coordinator is this worker (transaction coordinators are not served)."""
+    """Every group's coordinator is this worker. Transactions are not served yet: a
+    transaction coordinator is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a
+    message saying why. It is the one answer both Kafka's Java client and librdkafka take as
+    final at ``initTransactions`` (any other error, e.g. COORDINATOR_NOT_AVAILABLE or
+    INVALID_REQUEST, librdkafka retries until its timeout); the README lists the difference."""
     data = request.data
     node = {"node_id": broker.node_id, "host": broker.host, "port": broker.port}
     group_key = data["key_type"] == 0
-    error = ErrorCode.NONE if group_key else ErrorCode.INVALID_REQUEST
-    message = None if group_key else "only group coordinators are served by this worker"
+    error = ErrorCode.NONE if group_key else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    message = None if group_key else NO_TRANSACTIONS
     if request.version >= 4:
         return {
             "coordinators": [

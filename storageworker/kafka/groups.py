@@ -8,6 +8,15 @@ new generation. States and errors follow Kafka's ``GroupCoordinator``:
     Empty --join--> PreparingRebalance --all joined / timeout--> CompletingRebalance
     CompletingRebalance --leader's SyncGroup--> Stable --join, leave, expiry--> PreparingRebalance
 
+A dynamic member's first JoinGroup (v4+, KIP-394) is answered MEMBER_ID_REQUIRED with a member
+id to join with: a client that dies between the two requests leaves only a pending id behind,
+dropped after its session timeout, not a member the group waits for. A static member
+(``group.instance.id``, KIP-345) is known by its instance id: when it rejoins under a new member
+id the old id is fenced (FENCED_INSTANCE_ID) and, if the group is Stable and its protocols are
+unchanged, it takes over its assignment without a rebalance. Offsets may be committed by the
+current generation in every state but CompletingRebalance (so a consumer commits what it
+processed in ``onPartitionsRevoked`` while the group prepares the rebalance, as on Kafka).
+
 Committed offsets are records of the compacted internal topic ``__consumer_offsets`` (Kafka's
 key v1 / value v3 layout, partition ``abs(hashCode(group)) % partitions``), appended through
 storagecore like any record and cleaned by the worker's own cleaner; the latest value of each
@@ -21,7 +30,6 @@ worker thread through the ``append`` callable.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import struct
 import time
@@ -32,10 +40,17 @@ from typing import Any, Final
 from storagecore.config import TopicPartition
 from storagecore.records.batch import NewRecord, iter_complete_batches
 from storagecore.records.memory_records_builder import build_batch
+from storageworker.kafka.classic_group import Group, Member
+from storageworker.kafka.offset_records import (
+    OFFSETS_TOPIC,
+    CommittedOffset,
+    offset_key,
+    offset_value,
+    offsets_partition,
+    parse_offset_record,
+)
 
 logger = logging.getLogger(__name__)
-
-OFFSETS_TOPIC: Final = "__consumer_offsets"
 
 # Kafka error codes used here.
 NONE: Final = 0
@@ -48,127 +63,27 @@ REBALANCE_IN_PROGRESS: Final = 27
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
 INVALID_GROUP_ID: Final = 24
 GROUP_ID_NOT_FOUND: Final = 69
+MEMBER_ID_REQUIRED: Final = 79
+GROUP_MAX_SIZE_REACHED: Final = 81
+FENCED_INSTANCE_ID: Final = 82
+
+#: A member id handed out with MEMBER_ID_REQUIRED is forgotten if not used in this long
+#: (Kafka: the session timeout the join asked for); at most this many wait per group.
+PENDING_MEMBERS_MAX: Final = 1000
 
 SESSION_TIMEOUT_MS_MIN: Final = 1_000
 SESSION_TIMEOUT_MS_MAX: Final = 1_800_000
 
-_KEY_V1: Final = 1
-_VALUE_V3: Final = 3
-_I16: Final = struct.Struct(">h")
-_I32: Final = struct.Struct(">i")
-_I64: Final = struct.Struct(">q")
 
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def offsets_partition(group: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``."""
-    h = java_string_hash(group)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
-def _string(text: str) -> bytes:
-    data = text.encode("utf-8")
-    return _I16.pack(len(data)) + data
-
-
-def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _I16.pack(_KEY_V1) + _string(group) + _string(topic) + _I32.pack(partition)
-
-
-def offset_value(offset: int, leader_epoch: int, metadata: str, commit_ms: int) -> bytes:
-    return (
-        _I16.pack(_VALUE_V3)
-        + _I64.pack(offset)
-        + _I32.pack(leader_epoch)
-        + _string(metadata)
-        + _I64.pack(commit_ms)
-    )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_ms: int
-
-
-class _Cursor:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def take(self, fmt: struct.Struct) -> int:
-        (value,) = fmt.unpack_from(self.data, self.pos)
-        self.pos += fmt.size
-        return int(value)
-
-    def string(self) -> str:
-        size = self.take(_I16)
-        if size < 0:
-            return ""
-        text = self.data[self.pos : self.pos + size].decode("utf-8")
-        self.pos += size
-        return text
-
-
-def parse_offset_record(
-    key: bytes, value: bytes | None
-) -> tuple[tuple[str, str, int], CommittedOffset | None] | None:
-    """((group, topic, partition), offset or None for a tombstone); None for a record that
-    is not an offset commit (group metadata, key v2). Raises ValueError/struct.error on
-    malformed bytes."""
-    cursor = _Cursor(key)
-    version = cursor.take(_I16)
-    if version not in (0, 1):
-        return None
-    ident = (cursor.string(), cursor.string(), cursor.take(_I32))
-    if value is None:
-        return ident, None
-    cursor = _Cursor(value)
-    version = cursor.take(_I16)
-    offset = cursor.take(_I64)
-    epoch = cursor.take(_I32) if version >= 3 else -1
-    metadata = cursor.string()
-    commit_ms = cursor.take(_I64)
-    return ident, CommittedOffset(offset, epoch, metadata, commit_ms)
-
-
-@dataclasses.dataclass
-class Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    last_heartbeat: float = 0.0
-    assignment: bytes = b""
-    join: asyncio.Future[dict[str, Any]] | None = None
-    sync: asyncio.Future[dict[str, Any]] | None = None
-
-    def metadata_for(self, protocol: str) -> bytes:
-        return next(meta for name, meta in self.protocols if name == protocol)
-
-
-@dataclasses.dataclass
-class Group:
-    group_id: str
-    state: str = "Empty"
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = dataclasses.field(default_factory=dict)
-    join_deadline: asyncio.TimerHandle | None = None
+def fenced(group: Group, member_id: str, instance_id: str | None) -> int:
+    """Kafka's check of a static member's ids: NONE, UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID
+    (another member id holds the instance id now)."""
+    if instance_id is None:
+        return NONE
+    current = group.static.get(instance_id)
+    if current is None:
+        return UNKNOWN_MEMBER_ID
+    return NONE if current == member_id else FENCED_INSTANCE_ID
 
 
 class GroupCoordinator:
@@ -234,11 +149,17 @@ class GroupCoordinator:
         elif group is not None and group.members and generation >= 0:
             # A member's commit must belong to the current generation; a simple consumer
             # (generation -1, assign()) may commit while the group has no members.
-            if member_id not in group.members:
+            error = fenced(group, member_id, data.get("group_instance_id"))
+            if error != NONE:
+                pass
+            elif member_id not in group.members:
                 error = UNKNOWN_MEMBER_ID
             elif generation != group.generation:
                 error = ILLEGAL_GENERATION
-            elif group.state == "PreparingRebalance":
+            elif group.state == "CompletingRebalance":
+                # Kafka's rule: the member knows the new generation from its JoinGroup answer
+                # but not yet its assignment. While the group only prepares a rebalance the
+                # current generation may commit (the revoked owner's last commit).
                 error = REBALANCE_IN_PROGRESS
         elif group is not None and group.members and generation < 0:
             error = UNKNOWN_MEMBER_ID
@@ -307,7 +228,8 @@ class GroupCoordinator:
         return {"topics": topics, "error_code": NONE}
 
     # -- membership --------------------------------------------------------------------------
-    async def join(self, data: dict[str, Any], client_id: str) -> dict[str, Any]:
+    async def join(self, data: dict[str, Any], client_id: str, version: int) -> dict[str, Any]:
+        """JoinGroup at ``version`` (v4+ asks a new dynamic member to come back with an id)."""
         group_id = data["group_id"]
         session_ms = data["session_timeout_ms"]
         protocols = [(p["name"], p["metadata"]) for p in data["protocols"]]
@@ -324,18 +246,39 @@ class GroupCoordinator:
             )
         ):
             return {"error_code": INCONSISTENT_GROUP_PROTOCOL}
-        member_id = data["member_id"]
-        if member_id and member_id not in group.members:
-            return {"error_code": UNKNOWN_MEMBER_ID, "member_id": member_id}
+        member_id, instance_id = data["member_id"], data["group_instance_id"]
+        if not member_id and instance_id is None and version >= 4:
+            return self._require_member_id(group, client_id, session_ms)
+        known = False
+        if member_id and group.pending.pop(member_id, None) is not None:
+            pass  # the id handed out with MEMBER_ID_REQUIRED: a new member joins with it
+        elif member_id:
+            error = fenced(group, member_id, instance_id)
+            if error == NONE and member_id not in group.members:
+                error = UNKNOWN_MEMBER_ID
+            if error != NONE:
+                return {"error_code": error, "member_id": member_id}
+            known = True
         rebalance_ms = data["rebalance_timeout_ms"]
         if rebalance_ms < 0:
             rebalance_ms = session_ms
         loop = asyncio.get_running_loop()
-        if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        if not known:
+            member_id = member_id or f"{instance_id or client_id or 'member'}-{uuid.uuid4()}"
+            replaced = group.static.get(instance_id) if instance_id is not None else None
+            if replaced is not None:
+                return await self._replace_static(
+                    group,
+                    replaced,
+                    member_id,
+                    client_id=client_id,
+                    protocols=protocols,
+                    session_ms=session_ms,
+                    rebalance_ms=rebalance_ms,
+                )
             member = Member(
                 member_id,
-                data["group_instance_id"],
+                instance_id,
                 client_id,
                 session_ms,
                 rebalance_ms,
@@ -343,6 +286,8 @@ class GroupCoordinator:
                 protocols,
             )
             group.members[member_id] = member
+            if instance_id is not None:
+                group.static[instance_id] = member_id
             changed = True
         else:
             member = group.members[member_id]
@@ -362,6 +307,62 @@ class GroupCoordinator:
         else:
             self._prepare_rebalance(group, f"member {member_id} joined")
             self._maybe_complete_join(group)
+        return await member.join
+
+    def _require_member_id(self, group: Group, client_id: str, session_ms: int) -> dict[str, Any]:
+        """KIP-394: hand out a member id and wait for the member to join with it."""
+        if len(group.pending) >= PENDING_MEMBERS_MAX:
+            logger.warning(
+                "Group %s: %d member ids handed out and not used yet; join refused",
+                group.group_id,
+                len(group.pending),
+            )
+            return {"error_code": GROUP_MAX_SIZE_REACHED}
+        member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        group.pending[member_id] = self.clock() + session_ms / 1000
+        return {"error_code": MEMBER_ID_REQUIRED, "member_id": member_id}
+
+    async def _replace_static(
+        self,
+        group: Group,
+        old_id: str,
+        new_id: str,
+        *,
+        client_id: str,
+        protocols: list[tuple[str, bytes]],
+        session_ms: int,
+        rebalance_ms: int,
+    ) -> dict[str, Any]:
+        """A static member rejoins under a new member id: the old id is fenced; in a Stable
+        group with unchanged protocols the member keeps its assignment (no rebalance)."""
+        member = group.members.pop(old_id)
+        assert member.instance_id is not None and group.static[member.instance_id] == old_id
+        for future in (member.join, member.sync):
+            if future is not None and not future.done():
+                future.set_result({"error_code": FENCED_INSTANCE_ID, "member_id": old_id})
+        unchanged = member.protocols == protocols
+        member.member_id, member.client_id, member.protocols = new_id, client_id, protocols
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_ms, rebalance_ms
+        member.join = member.sync = None
+        member.last_heartbeat = self.clock()
+        group.members[new_id] = member
+        group.static[member.instance_id] = new_id
+        if group.leader == old_id:
+            group.leader = new_id
+        logger.info(
+            "Group %s: static member %s rejoined as %s (was %s)",
+            group.group_id,
+            member.instance_id,
+            new_id,
+            old_id,
+        )
+        if group.state == "Stable" and unchanged:
+            # The member syncs next and gets its stored assignment; the leader is not asked
+            # to assign again (members: none).
+            return {**self._join_answer(group, member), "members": []}
+        member.join = asyncio.get_running_loop().create_future()
+        self._prepare_rebalance(group, f"static member {member.instance_id} rejoined")
+        self._maybe_complete_join(group)
         return await member.join
 
     def _common_protocols(self, group: Group, protocols: list[tuple[str, bytes]]) -> set[str]:
@@ -387,7 +388,11 @@ class GroupCoordinator:
         group.join_deadline = loop.call_later(timeout_ms / 1000, self._complete_join, group)
 
     def _maybe_complete_join(self, group: Group) -> None:
-        if group.state != "PreparingRebalance":
+        """Complete the join once every member has rejoined and no member id handed out
+        with MEMBER_ID_REQUIRED is still unused (Kafka waits for those members too: two
+        consumers starting together land in one generation); the rebalance timeout completes
+        it anyway."""
+        if group.state != "PreparingRebalance" or group.pending:
             return
         if all(m.join is not None and not m.join.done() for m in group.members.values()):
             self._complete_join(group)
@@ -454,11 +459,16 @@ class GroupCoordinator:
             else [],
         }
 
-    def _member(
-        self, group_id: str, member_id: str, generation: int
-    ) -> tuple[Group | None, Member | None, int]:
-        group = self.groups.get(group_id)
+    def _member(self, data: dict[str, Any]) -> tuple[Group | None, Member | None, int]:
+        """The group and member a SyncGroup or Heartbeat names, or why not (Kafka's order:
+        the static member's ids, the member id, the generation)."""
+        group = self.groups.get(data["group_id"])
+        member_id, generation = data["member_id"], data["generation_id"]
         member = group.members.get(member_id) if group is not None else None
+        if group is not None:
+            code = fenced(group, member_id, data.get("group_instance_id"))
+            if code != NONE:
+                return group, None, code
         if group is None or member is None:
             return group, None, UNKNOWN_MEMBER_ID
         if generation != group.generation:
@@ -466,9 +476,7 @@ class GroupCoordinator:
         return group, member, NONE
 
     async def sync(self, data: dict[str, Any]) -> dict[str, Any]:
-        group, member, error = self._member(
-            data["group_id"], data["member_id"], data["generation_id"]
-        )
+        group, member, error = self._member(data)
         if error != NONE:
             return {"error_code": error}
         assert group is not None and member is not None
@@ -491,9 +499,7 @@ class GroupCoordinator:
         return await member.sync
 
     def heartbeat(self, data: dict[str, Any]) -> dict[str, Any]:
-        group, member, error = self._member(
-            data["group_id"], data["member_id"], data["generation_id"]
-        )
+        group, member, error = self._member(data)
         if member is not None:
             member.last_heartbeat = self.clock()
         if error == NONE and group is not None and group.state == "PreparingRebalance":
@@ -509,11 +515,18 @@ class GroupCoordinator:
         )
         answers = []
         for item in leaving:
-            member_id = item["member_id"]
-            if group is None or member_id not in group.members:
-                code = UNKNOWN_MEMBER_ID
+            member_id, instance_id = item["member_id"], item["group_instance_id"]
+            if group is not None and instance_id is not None:
+                # A static member may leave by its instance id alone (member id empty).
+                current = group.static.get(instance_id)
+                code = fenced(group, member_id or (current or ""), instance_id)
+                member_id = current or member_id
             else:
                 code = NONE
+            if code == NONE and (group is None or member_id not in group.members):
+                code = UNKNOWN_MEMBER_ID
+            if code == NONE:
+                assert group is not None
                 self._remove(group, member_id)
                 logger.info("Group %s: member %s left", group.group_id, member_id)
             answers.append({**item, "error_code": code})
@@ -528,6 +541,8 @@ class GroupCoordinator:
 
     def _remove(self, group: Group, member_id: str) -> None:
         member = group.members.pop(member_id)
+        if member.instance_id is not None and group.static.get(member.instance_id) == member_id:
+            del group.static[member.instance_id]
         for future in (member.join, member.sync):
             if future is not None and not future.done():
                 future.set_result({"error_code": UNKNOWN_MEMBER_ID, "member_id": member_id})
@@ -549,6 +564,11 @@ class GroupCoordinator:
         """Remove members whose session timed out (called periodically)."""
         now = self.clock()
         for group in list(self.groups.values()):
+            lapsed = [m for m, lapse in group.pending.items() if lapse < now]
+            for member_id in lapsed:
+                del group.pending[member_id]
+            if lapsed:
+                self._maybe_complete_join(group)
             expired = [
                 m.member_id
                 for m in group.members.values()

@@ -12,7 +12,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from storageworker.kafka.server import LATENCY_BUCKETS_S, KafkaCounters
+from storageworker.kafka.counters import LATENCY_BUCKETS_S, KafkaCounters
 from storageworker.metrics import PREFIX
 
 

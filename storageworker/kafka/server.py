@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import logging
 import socket
-import ssl
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Final
 
 from storagecore.config import LogConfig, TopicPartition, TopicSpec
 from storagecore.errors import (
-    ConfigError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
@@ -39,20 +35,19 @@ from storagecore.errors import (
 from storagecore.log import FetchResult, Log
 from storagecore.records import layout
 from storagecore.records.file_records import FileRegion
-from storageworker.kafka import apis, messages
-from storageworker.kafka.groups import OFFSETS_TOPIC, GroupCoordinator
+from storageworker.kafka import apis, messages, topic_configs
+from storageworker.kafka.counters import Histogram, KafkaCounters
+from storageworker.kafka.groups import GroupCoordinator
+from storageworker.kafka.listener_settings import ListenerSettings
+from storageworker.kafka.offset_records import OFFSETS_TOPIC
 from storageworker.kafka.producers import ProducerIds
-from storageworker.kafka.sasl import MECHANISMS, AuthenticationError, Authenticator, User
+from storageworker.kafka.sasl import AuthenticationError, Authenticator
 from storageworker.kafka.schema import decode, encode
 from storageworker.kafka.wire import ProtocolError, Reader, Writer, frame_size
 from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
 
-LATENCY_BUCKETS_S: Final = (
-    *(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
-    *(1.0, 2.5, 5.0, 10.0, 30.0),  # Fetch waits, group joins
-)
 OFFSETS_TOPIC_CONFIG: Final = {
     "cleanup.policy": "compact",
     "segment.bytes": str(100 * 1024 * 1024),
@@ -61,107 +56,6 @@ OFFSETS_TOPIC_CONFIG: Final = {
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _ALWAYS_ALLOWED: Final = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
-
-
-@dataclasses.dataclass(frozen=True)
-class ListenerSettings:
-    """How the ``kafka`` port listens (``logkeeper serve --kafka-*``)."""
-
-    host: str = "127.0.0.1"
-    port: int = 9092
-    advertised_host: str | None = None
-    """The host name clients are told to connect to (Metadata); default: ``host``, or the
-    machine's name when ``host`` is a wildcard address."""
-    max_connections: int = 1000
-    max_request_bytes: int = 100 * 1024 * 1024
-    request_timeout_ms: int = 30_000
-    idle_timeout_ms: int = 600_000
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    tls_client_ca_file: Path | None = None
-    """When set, clients must present a certificate signed by this CA (mutual TLS)."""
-    sasl_users: dict[str, User] | None = None
-    sasl_mechanisms: tuple[str, ...] = MECHANISMS
-    allow_plaintext: bool = False
-    """Serve without TLS and SASL on a non-loopback address (a private network)."""
-    offsets_topic_partitions: int = 10
-    """Partitions of ``__consumer_offsets``. Groups map to partitions by hash: never change
-    it on a volume that already has the topic."""
-
-    def check(self) -> None:
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ConfigError("kafka listener: TLS needs both a certificate and a key file")
-        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
-            raise ConfigError("kafka listener: a client CA needs TLS (certificate and key)")
-        if not 1 <= self.offsets_topic_partitions <= 1000:
-            raise ConfigError("kafka listener: offsets topic partitions must be 1-1000")
-        unknown = set(self.sasl_mechanisms) - set(MECHANISMS)
-        if unknown:
-            raise ConfigError(f"kafka listener: unknown SASL mechanisms {sorted(unknown)}")
-        secured = self.tls_cert_file is not None or self.sasl_users is not None
-        if not secured and not self.allow_plaintext and not _is_loopback(self.host):
-            raise ConfigError(
-                f"kafka listener: {self.host} is not a loopback address; configure TLS or "
-                "SASL, or allow plaintext explicitly (--kafka-allow-plaintext)"
-            )
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if self.tls_cert_file is None:
-            return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            context.load_cert_chain(str(self.tls_cert_file), str(self.tls_key_file))
-            if self.tls_client_ca_file is not None:
-                context.load_verify_locations(str(self.tls_client_ca_file))
-                context.verify_mode = ssl.CERT_REQUIRED
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"kafka listener: cannot load TLS files: {exc}") from None
-        return context
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclasses.dataclass
-class Histogram:
-    buckets: list[int] = dataclasses.field(default_factory=lambda: [0] * len(LATENCY_BUCKETS_S))
-    count: int = 0
-    total_s: float = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.count += 1
-        self.total_s += seconds
-        for i, bound in enumerate(LATENCY_BUCKETS_S):
-            if seconds <= bound:
-                self.buckets[i] += 1
-                break
-
-
-@dataclasses.dataclass
-class KafkaCounters:
-    """Monotonic counters for the worker's metrics."""
-
-    connections: int = 0
-    open_connections: int = 0
-    requests: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
-    errors: dict[tuple[str, int], int] = dataclasses.field(default_factory=dict)
-    """(API, error code) → partitions/items answered with that code (0 excluded)."""
-    latency: dict[str, Histogram] = dataclasses.field(default_factory=dict)
-    bytes_in: int = 0
-    bytes_out: int = 0
-    #: Of ``bytes_out``: record bytes sent by sendfile straight from segment files.
-    bytes_out_zero_copy: int = 0
-    refused_connections: int = 0
-    malformed_requests: int = 0
-    timed_out_connections: int = 0
-    failed_authentications: int = 0
-    duplicate_batches: int = 0
 
 
 class WorkerBroker:
@@ -258,7 +152,8 @@ class WorkerBroker:
 
     def topic_config(self, topic: str) -> tuple[dict[str, str], set[str]]:
         spec = self.worker.topics[topic]
-        return spec.config.to_topic_config(), set(spec.topic_config)
+        values = topic_configs.reported(spec.config.to_topic_config(), dict(spec.topic_config))
+        return values, set(spec.topic_config) & values.keys()
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next()
@@ -439,6 +334,13 @@ class KafkaServer:
             logger.info("Kafka connection from %s closed: timed out", peer)
         except (asyncio.IncompleteReadError, ConnectionError):
             return
+        except asyncio.CancelledError:
+            # The listener is stopping (stop() cancels every task): the connection ends here
+            # and is closed below. The handler returns instead of ending cancelled, which
+            # asyncio's stream callback would log as an error with a traceback, one per
+            # connection still open at SIGTERM.
+            logger.debug("Kafka connection from %s closed: the listener is stopping", peer)
+            return
         except ProtocolError as exc:
             counters.malformed_requests += 1
             logger.warning("Malformed Kafka request from %s: %s", peer, exc)
@@ -567,7 +469,7 @@ class KafkaServer:
         if key == 10:
             return apis.find_coordinator(request, broker)
         if key == 11:
-            return await groups.join(data, request.client_id or "")
+            return await groups.join(data, request.client_id or "", request.version)
         if key == 12:
             return groups.heartbeat(data)
         if key == 13:

@@ -199,3 +199,51 @@ def test_librdkafka_produce_and_consume(served: Served, codec: str) -> None:
             [("n", str(i).encode())],
             NOW_MS - 5_000 + i,
         )
+
+
+def test_sigterm_with_open_connections_exits_0_without_a_traceback(tmp_path: Path) -> None:
+    """Idle connections, one waiting in a long-poll Fetch and one mid-request: SIGTERM stops
+    the worker cleanly (exit 0) and nothing is logged as an error for those connections."""
+    from tests.integration.storageworker.test_serve import wait_for
+    from tests.kafka_support.raw_client import RawClient
+
+    (tmp_path / "topics").mkdir()
+    (tmp_path / "settings.yaml").write_text(SETTINGS, encoding="utf-8")
+    declare(tmp_path, topic("events", 1, {}))
+    server = Served(tmp_path, "--kafka-port", "0")
+    clients = [RawClient(server.kafka_address) for _ in range(4)]
+    try:
+        for client in clients[:2]:
+            client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        clients[2].send(
+            1,
+            12,
+            {
+                "max_wait_ms": 60_000,
+                "min_bytes": 1,
+                "topics": [
+                    {
+                        "topic": "events",
+                        "partitions": [
+                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                        ],
+                    }
+                ],
+            },
+        )
+        clients[3].sock.sendall(struct.pack(">i", 100) + b"\x00\x12")  # a frame begun, not sent
+        wait_for(
+            lambda: (
+                server.metrics().get("logkeeper_kafka_requests_total{api=Fetch,version=12}") == 1
+                and server.metrics().get("logkeeper_kafka_open_connections") == 4
+            ),
+            "the Fetch waiting and four connections open",
+        )
+        code = server.terminate()
+    finally:
+        for client in clients:
+            client.close()
+    log = server.log_text()
+    assert code == 0, log
+    assert "Traceback" not in log and "CancelledError" not in log, log
+    assert "Worker stopped cleanly" in log

@@ -114,7 +114,8 @@ class Served:
         raise AssertionError(f"no {text!r} from serve; stderr:\n{self.log_text()}")
 
     def log_text(self) -> str:
-        self.stderr.flush()
+        if not self.stderr.closed:  # closed once the process ended (terminate, kill)
+            self.stderr.flush()
         return Path(self.stderr.name).read_text(encoding="utf-8")
 
     def request(self, method: str, path: str, token: str | None = None) -> tuple[int, bytes]:

@@ -12,7 +12,7 @@ import pytest
 
 from storagecore.config import TopicPartition
 from storagecore.errors import ConfigError
-from storageworker.kafka import groups
+from storageworker.kafka import groups, offset_records
 from storageworker.kafka.producers import ProducerIds
 from storageworker.kafka.sasl import (
     AuthenticationError,
@@ -109,22 +109,23 @@ def join_request(member_id: str = "", protocols: tuple[str, ...] = ("range",)) -
 
 
 def test_java_string_hash_and_offsets_partition() -> None:
-    assert groups.java_string_hash("") == 0
-    assert groups.java_string_hash("hello") == 99162322
-    assert groups.java_string_hash("polygenelubricants") == -(1 << 31)
-    assert groups.offsets_partition("polygenelubricants", 50) == 0
-    assert groups.offsets_partition("my-group", 50) == abs(groups.java_string_hash("my-group")) % 50
+    assert offset_records.java_string_hash("") == 0
+    assert offset_records.java_string_hash("hello") == 99162322
+    assert offset_records.java_string_hash("polygenelubricants") == -(1 << 31)
+    assert offset_records.offsets_partition("polygenelubricants", 50) == 0
+    expected = abs(offset_records.java_string_hash("my-group")) % 50
+    assert offset_records.offsets_partition("my-group", 50) == expected
 
 
 def test_offset_records_round_trip() -> None:
-    key = groups.offset_key("g", "t", 3)
-    value = groups.offset_value(42, 5, "meta", 1000)
-    assert groups.parse_offset_record(key, value) == (
+    key = offset_records.offset_key("g", "t", 3)
+    value = offset_records.offset_value(42, 5, "meta", 1000)
+    assert offset_records.parse_offset_record(key, value) == (
         ("g", "t", 3),
-        groups.CommittedOffset(42, 5, "meta", 1000),
+        offset_records.CommittedOffset(42, 5, "meta", 1000),
     )
-    assert groups.parse_offset_record(key, None) == (("g", "t", 3), None)
-    assert groups.parse_offset_record(b"\x00\x02\x00\x01g", b"") is None  # group metadata
+    assert offset_records.parse_offset_record(key, None) == (("g", "t", 3), None)
+    assert offset_records.parse_offset_record(b"\x00\x02\x00\x01g", b"") is None  # group metadata
 
 
 def test_join_sync_heartbeat_rebalance_and_leave() -> None:
@@ -135,7 +136,7 @@ def test_join_sync_heartbeat_rebalance_and_leave() -> None:
 
     async def scenario() -> None:
         coordinator = groups.GroupCoordinator(append, 4)
-        first = await coordinator.join(join_request(), "c1")
+        first = await coordinator.join(join_request(), "c1", 3)
         assert first["error_code"] == 0 and first["generation_id"] == 1
         assert first["leader"] == first["member_id"] and len(first["members"]) == 1
         a = first["member_id"]
@@ -152,7 +153,7 @@ def test_join_sync_heartbeat_rebalance_and_leave() -> None:
             "error_code": 0
         }
         # A second member joins: the first learns of the rebalance through its heartbeat.
-        second = asyncio.ensure_future(coordinator.join(join_request(), "c2"))
+        second = asyncio.ensure_future(coordinator.join(join_request(), "c2", 3))
         await asyncio.sleep(0)
         assert (
             coordinator.heartbeat({"group_id": "g", "generation_id": 1, "member_id": a})[
@@ -160,7 +161,7 @@ def test_join_sync_heartbeat_rebalance_and_leave() -> None:
             ]
             == groups.REBALANCE_IN_PROGRESS
         )
-        rejoin = await coordinator.join(join_request(a), "c1")
+        rejoin = await coordinator.join(join_request(a), "c1", 3)
         b_answer = await second
         assert rejoin["generation_id"] == b_answer["generation_id"] == 2
         assert rejoin["leader"] == a and len(rejoin["members"]) == 2 and b_answer["members"] == []
@@ -224,7 +225,7 @@ def test_join_sync_heartbeat_rebalance_and_leave() -> None:
         )
         assert left["members"][0]["error_code"] == 0
         assert coordinator.groups["g"].state == "PreparingRebalance"
-        alone = await coordinator.join(join_request(b), "c2")
+        alone = await coordinator.join(join_request(b), "c2", 3)
         assert alone["generation_id"] == 3 and alone["leader"] == b
         # Session expiry empties the group.
         coordinator.clock = lambda: 1e12
@@ -240,14 +241,14 @@ def test_join_errors() -> None:
 
     async def scenario() -> None:
         coordinator = groups.GroupCoordinator(append, 1)
-        assert (await coordinator.join({**join_request(), "session_timeout_ms": 10}, "c"))[
+        assert (await coordinator.join({**join_request(), "session_timeout_ms": 10}, "c", 3))[
             "error_code"
         ] == groups.INVALID_SESSION_TIMEOUT
-        assert (await coordinator.join(join_request("ghost"), "c"))[
+        assert (await coordinator.join(join_request("ghost"), "c", 3))[
             "error_code"
         ] == groups.UNKNOWN_MEMBER_ID
-        await coordinator.join(join_request(), "c")
-        mismatch = await coordinator.join(join_request(protocols=("other",)), "d")
+        await coordinator.join(join_request(), "c", 3)
+        mismatch = await coordinator.join(join_request(protocols=("other",)), "d", 3)
         assert mismatch["error_code"] == groups.INCONSISTENT_GROUP_PROTOCOL
 
     asyncio.run(scenario())

@@ -1,0 +1,80 @@
+"""How the ``kafka`` port listens: address, limits, TLS and SASL (``logkeeper serve --kafka-*``).
+
+Checked once at start (:meth:`ListenerSettings.check`, errors name the setting); read by
+:mod:`.server`. No sockets are opened here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import ssl
+from pathlib import Path
+
+from storagecore.errors import ConfigError
+from storageworker.kafka.sasl import MECHANISMS, User
+
+
+@dataclasses.dataclass(frozen=True)
+class ListenerSettings:
+    """How the ``kafka`` port listens (``logkeeper serve --kafka-*``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    """The host name clients are told to connect to (Metadata); default: ``host``, or the
+    machine's name when ``host`` is a wildcard address."""
+    max_connections: int = 1000
+    max_request_bytes: int = 100 * 1024 * 1024
+    request_timeout_ms: int = 30_000
+    idle_timeout_ms: int = 600_000
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
+    """When set, clients must present a certificate signed by this CA (mutual TLS)."""
+    sasl_users: dict[str, User] | None = None
+    sasl_mechanisms: tuple[str, ...] = MECHANISMS
+    allow_plaintext: bool = False
+    """Serve without TLS and SASL on a non-loopback address (a private network)."""
+    offsets_topic_partitions: int = 10
+    """Partitions of ``__consumer_offsets``. Groups map to partitions by hash: never change
+    it on a volume that already has the topic."""
+
+    def check(self) -> None:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("kafka listener: TLS needs both a certificate and a key file")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ConfigError("kafka listener: a client CA needs TLS (certificate and key)")
+        if not 1 <= self.offsets_topic_partitions <= 1000:
+            raise ConfigError("kafka listener: offsets topic partitions must be 1-1000")
+        unknown = set(self.sasl_mechanisms) - set(MECHANISMS)
+        if unknown:
+            raise ConfigError(f"kafka listener: unknown SASL mechanisms {sorted(unknown)}")
+        secured = self.tls_cert_file is not None or self.sasl_users is not None
+        if not secured and not self.allow_plaintext and not _is_loopback(self.host):
+            raise ConfigError(
+                f"kafka listener: {self.host} is not a loopback address; configure TLS or "
+                "SASL, or allow plaintext explicitly (--kafka-allow-plaintext)"
+            )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.tls_cert_file is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(str(self.tls_cert_file), str(self.tls_key_file))
+            if self.tls_client_ca_file is not None:
+                context.load_verify_locations(str(self.tls_client_ca_file))
+                context.verify_mode = ssl.CERT_REQUIRED
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"kafka listener: cannot load TLS files: {exc}") from None
+        return context
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
