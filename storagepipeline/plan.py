@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from storagecore import TopicPartition, pins
-from storagecore.log_dir_view import max_timestamp_hint
+from storagecore import TopicPartition, files, pins
+from storagecore.log_dir_view import max_timestamp_hint, time_index_entries
 from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
@@ -351,6 +351,35 @@ def offset_for_timestamp(
     return first_offset_at_or_after(candidates, Path(snap.directory), timestamp, options)
 
 
+def skip_older_than(ref: SegmentRef, timestamp_ms: int) -> SegmentRef:
+    """``ref`` without its leading records that the time index proves older than
+    ``timestamp_ms``.
+
+    A time index entry ``(t, o)`` says that ``t`` was the largest timestamp of the segment's
+    records up to the batch holding ``o``; so when ``t < timestamp_ms`` no record at or before
+    ``o`` qualifies and the read can start at ``o + 1``. The entries are read as hints: the
+    walk stops at the first one that goes back in time or past the ref's range, and at a
+    timestamp of 0 or less (the unused, zero-filled tail of a preallocated index looks so).
+    """
+    index = ref.read_path.with_name(ref.read_path.name[: -len(files.LOG_SUFFIX)])
+    try:
+        entries = time_index_entries(
+            index.with_name(index.name + files.TIME_INDEX_SUFFIX), ref.base_offset
+        )
+    except OSError:
+        return ref
+    start = ref.start_offset
+    previous = -1
+    for entry in entries:
+        if entry.timestamp <= 0 or entry.timestamp < previous or entry.timestamp >= timestamp_ms:
+            break
+        if entry.offset >= ref.end_offset:
+            break
+        previous = entry.timestamp
+        start = max(start, entry.offset + 1)
+    return dataclasses.replace(ref, start_offset=min(start, ref.end_offset))
+
+
 def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedPartition]:
     """Snapshot (and pin) the selected partitions and cut them into work units."""
     pushdown = pushdown or Pushdown()
@@ -378,10 +407,11 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
         if pushdown.timestamp_low_ms is not None:
             low = pushdown.timestamp_low_ms
             refs = [
-                ref
+                skip_older_than(ref, low)
                 for ref in refs
                 if ref.active or (hint := max_timestamp_hint(ref.read_path)) is None or hint >= low
             ]
+            refs = [ref for ref in refs if ref.start_offset < ref.end_offset]
         if not refs:
             continue
         if spec.view == "latest":
