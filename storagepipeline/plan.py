@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from storagecore import TopicPartition, files, pins
 from storagecore.log_dir_view import max_timestamp_hint, time_index_entries
+from storagepipeline import ranges
 from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
@@ -26,6 +27,7 @@ from storagepipeline.logdirs import (
     select_partitions,
     snapshot_partition,
 )
+from storagepipeline.ranges import OffsetRange
 from storagepipeline.reading import ReadOptions, first_offset_at_or_after
 
 #: Kafka's ListOffsets sentinels, used in the JSON offset forms.
@@ -59,6 +61,8 @@ READ_OPTIONS: Final = frozenset(
         "pinms",
         "pinsets",
         "skipreportpath",
+        "minpartitions",
+        "maxrecordsperpartition",
     }
 )
 #: How long a read's pins (storagecore.pins) may outlive it: the data source has no end-of-job
@@ -126,6 +130,10 @@ class ReadSpec:
     pin_ms: int = DEFAULT_PIN_MS
     #: Pin sets a job made (its listing is planned from them): see ``logdirs.Pinner``.
     pin_sets: tuple[str, ...] = ()
+    #: Spark's Kafka source options: about this many tasks at least (large ranges are cut), and
+    #: at most this many offsets per task (see :mod:`storagepipeline.ranges`).
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     #: A directory where each read task that skipped something (failOnCorruption=false,
     #: failOnDataLoss=false) writes what it skipped: ``reading.read_skip_report`` sums them.
     skip_report_path: str | None = None
@@ -218,6 +226,12 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
     batch_rows = _int(options, "maxRecordsPerBatch") or 8192
     if batch_rows < 1:
         raise PipelineError(f"option maxRecordsPerBatch must be >= 1, got {batch_rows}")
+    min_partitions = _int(options, "minPartitions")
+    if min_partitions is not None and min_partitions < 1:
+        raise PipelineError(f"option minPartitions must be >= 1, got {min_partitions}")
+    max_records = _int(options, "maxRecordsPerPartition")
+    if max_records is not None and max_records < 1:
+        raise PipelineError(f"option maxRecordsPerPartition must be >= 1, got {max_records}")
     return ReadSpec(
         data_dirs=tuple(data_dirs_of(options)),
         topics=topics,
@@ -236,6 +250,8 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
         pin_ms=DEFAULT_PIN_MS if pin_ms is None else pin_ms,
         pin_sets=pin_sets,
         skip_report_path=str(options["skipreportpath"]) if options.get("skipreportpath") else None,
+        min_partitions=min_partitions,
+        max_records_per_partition=max_records,
     )
 
 
@@ -259,7 +275,7 @@ class Pushdown:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlannedPartition:
-    """One unit of work: a topic-partition's segment refs (one ref in the ``log`` view)."""
+    """One read task: a topic-partition's segment refs, each clipped to the task's offsets."""
 
     topic: str
     partition: int
@@ -394,6 +410,7 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
     units: list[PlannedPartition] = []
     if pushdown.empty:
         return units
+    spans: list[tuple[PartitionSnapshot, int, int]] = []
     for tp, directory in selected.items():
         if not pushdown.allows(tp):
             continue
@@ -402,24 +419,43 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
         if start is None:
             continue
         end = _end_of(spec, snap, ends)
-        start, end = max(start, pushdown.offset_low), min(end, pushdown.offset_high)
-        refs = clip(snap, start, end)
-        if pushdown.timestamp_low_ms is not None:
-            low = pushdown.timestamp_low_ms
+        spans.append((snap, max(start, pushdown.offset_low), min(end, pushdown.offset_high)))
+    return cut(spec, spans, pushdown.timestamp_low_ms)
+
+
+def cut(
+    spec: ReadSpec,
+    spans: Sequence[tuple[PartitionSnapshot, int, int]],
+    timestamp_low_ms: int | None = None,
+) -> list[PlannedPartition]:
+    """Read tasks for offsets ``[start, end)`` of each snapshot: one per partition, cut by
+    ``minPartitions`` / ``maxRecordsPerPartition`` (:func:`storagepipeline.ranges.split`; the
+    ``latest`` view is never cut: a key's latest record needs the whole partition), each task
+    holding its segments clipped to its range. With ``timestamp_low_ms`` (a pushed-down
+    ``timestamp >=``) segments and leading records that the time index proves older are left
+    out."""
+    snaps = {snap.tp: snap for snap, _start, _end in spans}
+    wanted = [OffsetRange(snap.tp, start, end) for snap, start, end in spans if start < end]
+    if spec.view == "log":
+        wanted = ranges.split(
+            wanted,
+            min_partitions=spec.min_partitions,
+            max_records_per_partition=spec.max_records_per_partition,
+        )
+    units: list[PlannedPartition] = []
+    for item in wanted:
+        snap = snaps[item.tp]
+        refs = clip(snap, item.start, item.end)
+        if timestamp_low_ms is not None:
+            low = timestamp_low_ms
             refs = [
                 skip_older_than(ref, low)
                 for ref in refs
                 if ref.active or (hint := max_timestamp_hint(ref.read_path)) is None or hint >= low
             ]
             refs = [ref for ref in refs if ref.start_offset < ref.end_offset]
-        if not refs:
-            continue
-        if spec.view == "latest":
-            units.append(PlannedPartition(tp.topic, tp.partition, str(directory), tuple(refs)))
-        else:
-            units.extend(
-                PlannedPartition(tp.topic, tp.partition, str(directory), (ref,)) for ref in refs
-            )
+        if refs:
+            units.append(PlannedPartition(snap.topic, snap.partition, snap.directory, tuple(refs)))
     return units
 
 
