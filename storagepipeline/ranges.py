@@ -58,7 +58,9 @@ def _divide(item: OffsetRange, parts: int) -> list[OffsetRange]:
 
 
 def _share(size: int, total: int, parts: int) -> int:
-    return max(round(size / total * parts), 1)
+    """Pieces for a range holding ``size`` of ``total`` offsets: its share of ``parts``,
+    rounded half up (not Python's half-to-even, so 2.5 pieces are 3), at least one."""
+    return max(math.floor(size / total * parts + 0.5), 1)
 
 
 def split(
@@ -108,13 +110,15 @@ def rate_limit(
     shared among the partitions in proportion to how far behind each is; a partition whose
     share is below one offset still gets one, so none starves."""
     assert max_offsets >= 1, max_offsets
-    lags = {tp: max(end - starts.get(tp, end), 0) for tp, end in ends.items()}
+    missing = set(ends) - set(starts)
+    assert not missing, f"no start offset for {missing}: resolve new partitions first"
+    lags = {tp: max(end - starts[tp], 0) for tp, end in ends.items()}
     total = sum(lags.values())
     if total <= max_offsets:
         return dict(ends)
     limited: dict[TopicPartition, int] = {}
     for tp, end in ends.items():
-        start = starts.get(tp, end)
+        start = starts[tp]
         share = max_offsets * lags[tp] / total
         step = math.ceil(share) if share < 1 else math.floor(share)
         limited[tp] = min(end, start + step)
