@@ -63,6 +63,7 @@ READ_OPTIONS: Final = frozenset(
         "skipreportpath",
         "minpartitions",
         "maxrecordsperpartition",
+        "maxoffsetspertrigger",
     }
 )
 #: How long a read's pins (storagecore.pins) may outlive it: the data source has no end-of-job
@@ -78,6 +79,11 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     if value not in {"true", "false"}:
         raise PipelineError(f"option {name} must be true or false, got {raw!r}")
     return value == "true"
+
+
+def include_headers(given: Mapping[str, str]) -> bool:
+    """The ``includeHeaders`` option (default true): whether the schema has ``headers``."""
+    return _flag({key.lower(): value for key, value in given.items()}, "includeHeaders", True)
 
 
 def _int(options: Mapping[str, str], name: str) -> int | None:
@@ -134,6 +140,8 @@ class ReadSpec:
     #: at most this many offsets per task (see :mod:`storagepipeline.ranges`).
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    #: Streaming: at most about this many offsets per micro-batch, over all partitions.
+    max_offsets_per_trigger: int | None = None
     #: A directory where each read task that skipped something (failOnCorruption=false,
     #: failOnDataLoss=false) writes what it skipped: ``reading.read_skip_report`` sums them.
     skip_report_path: str | None = None
@@ -154,13 +162,18 @@ class ReadSpec:
         )
 
 
-def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, dict[int, int]]:
+def _offsets_option(
+    options: Mapping[str, str], name: str, *, streaming: bool = False
+) -> str | dict[str, dict[int, int]]:
     raw = options.get(name.lower())
     if raw is None:
-        return "earliest" if name == "startingOffsets" else "latest"
+        return "latest" if streaming or name == "endingOffsets" else "earliest"
     text = str(raw).strip()
     if text in {"earliest", "latest"}:
-        if (name, text) in {("startingOffsets", "latest"), ("endingOffsets", "earliest")}:
+        refused = {("endingOffsets", "earliest")}
+        if not streaming:
+            refused.add(("startingOffsets", "latest"))
+        if (name, text) in refused:
             raise PipelineError(f"option {name}={text} is not allowed for batch queries")
         return text
     try:
@@ -185,7 +198,7 @@ def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, di
                     f"option {name}: {topic}-{partition}: offset {offset!r} is not an integer"
                 ) from None
             forbidden = LATEST if name == "startingOffsets" else EARLIEST
-            if per[int(partition)] == forbidden:
+            if per[int(partition)] == forbidden and not streaming:
                 word = "latest (-1)" if forbidden == LATEST else "earliest (-2)"
                 raise PipelineError(
                     f"option {name}: {topic}-{partition}: {word} is not allowed for batch queries"
@@ -194,10 +207,25 @@ def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, di
     return result
 
 
-def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
+def parse_read_options(given: Mapping[str, str], *, streaming: bool = False) -> ReadSpec:
+    """The reader options of a batch read, or with ``streaming`` of a streaming read:
+    ``startingOffsets`` then defaults to ``latest`` (as Spark's Kafka source), there is no end
+    (``endingOffsets`` / ``endingTimestamp`` are errors), ``maxOffsetsPerTrigger`` applies and
+    the view is ``log``."""
     check_known(given, READ_OPTIONS, "logkeeper read")
     # Spark's option maps are case-insensitive (keys arrive lower-cased); so are ours.
     options = {key.lower(): value for key, value in given.items()}
+    if streaming:
+        for name in ("endingOffsets", "endingTimestamp"):
+            if name.lower() in options:
+                raise PipelineError(f"option {name} is not allowed for streaming queries")
+        if str(options.get("view", "log")).strip().lower() != "log":
+            raise PipelineError("option view must be log for streaming queries")
+    elif "maxoffsetspertrigger" in options:
+        raise PipelineError("option maxOffsetsPerTrigger applies to streaming queries only")
+    max_offsets = _int(options, "maxOffsetsPerTrigger")
+    if max_offsets is not None and max_offsets < 1:
+        raise PipelineError(f"option maxOffsetsPerTrigger must be >= 1, got {max_offsets}")
     topics_raw = options.get("topic") or options.get("subscribe")
     pattern = options.get("topicpattern") or options.get("subscribepattern")
     topics = tuple(t.strip() for t in str(topics_raw).split(",") if t.strip()) if topics_raw else ()
@@ -236,7 +264,7 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
         data_dirs=tuple(data_dirs_of(options)),
         topics=topics,
         topic_pattern=str(pattern) if pattern else None,
-        starting=_offsets_option(options, "startingOffsets"),
+        starting=_offsets_option(options, "startingOffsets", streaming=streaming),
         ending=_offsets_option(options, "endingOffsets"),
         starting_timestamp=starting_ts,
         ending_timestamp=ending_ts,
@@ -252,6 +280,7 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
         skip_report_path=str(options["skipreportpath"]) if options.get("skipreportpath") else None,
         min_partitions=min_partitions,
         max_records_per_partition=max_records,
+        max_offsets_per_trigger=max_offsets,
     )
 
 
@@ -283,7 +312,7 @@ class PlannedPartition:
     refs: tuple[SegmentRef, ...]
 
 
-def _explicit(
+def explicit_offsets(
     spec_offsets: Mapping[str, Mapping[int, int]],
     selected: Sequence[TopicPartition],
     name: str,
@@ -404,9 +433,13 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
     selected = select_partitions(available, topics=spec.topics, pattern=spec.topic_pattern)
     tps = list(selected)
     starts = (
-        _explicit(spec.starting, tps, "startingOffsets") if isinstance(spec.starting, dict) else {}
+        explicit_offsets(spec.starting, tps, "startingOffsets")
+        if isinstance(spec.starting, dict)
+        else {}
     )
-    ends = _explicit(spec.ending, tps, "endingOffsets") if isinstance(spec.ending, dict) else {}
+    ends = (
+        explicit_offsets(spec.ending, tps, "endingOffsets") if isinstance(spec.ending, dict) else {}
+    )
     units: list[PlannedPartition] = []
     if pushdown.empty:
         return units

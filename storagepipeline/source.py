@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceWriter,
     EqualTo,
     Filter,
@@ -239,14 +240,24 @@ class LogkeeperDataSource(DataSource):
         return "logkeeper"
 
     def schema(self) -> StructType:
-        # Called for reads only (a write takes the DataFrame's schema, checked by the writer).
-        spec = plan.parse_read_options(dict(self.options))
-        return SCHEMA if spec.include_headers else SCHEMA_WITHOUT_HEADERS
+        # Called for batch and streaming reads (a write takes the DataFrame's schema, checked by
+        # the writer); the reader and the stream reader check the other options.
+        options = dict(self.options)
+        plan.check_known(options, plan.READ_OPTIONS, "logkeeper read")
+        return SCHEMA if plan.include_headers(options) else SCHEMA_WITHOUT_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
         spec = plan.parse_read_options(dict(self.options))
         check_read_schema(schema)
         return (PushdownReader if spec.pushdown else LogkeeperReader)(spec, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        # Imported here: the stream reader reads through this module's reader.
+        from storagepipeline.stream import LogkeeperStreamReader  # noqa: PLC0415
+
+        spec = plan.parse_read_options(dict(self.options), streaming=True)
+        check_read_schema(schema)
+        return LogkeeperStreamReader(spec, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return LogkeeperWriter(dict(self.options), schema, overwrite)
