@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from storagecore import TopicPartition, pins
-from storagecore.log_dir_view import max_timestamp_hint
+from storagecore import TopicPartition, files, pins
+from storagecore.log_dir_view import max_timestamp_hint, time_index_entries
+from storagepipeline import ranges
 from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
@@ -26,6 +27,7 @@ from storagepipeline.logdirs import (
     select_partitions,
     snapshot_partition,
 )
+from storagepipeline.ranges import OffsetRange
 from storagepipeline.reading import ReadOptions, first_offset_at_or_after
 
 #: Kafka's ListOffsets sentinels, used in the JSON offset forms.
@@ -59,6 +61,9 @@ READ_OPTIONS: Final = frozenset(
         "pinms",
         "pinsets",
         "skipreportpath",
+        "minpartitions",
+        "maxrecordsperpartition",
+        "maxoffsetspertrigger",
     }
 )
 #: How long a read's pins (storagecore.pins) may outlive it: the data source has no end-of-job
@@ -74,6 +79,11 @@ def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
     if value not in {"true", "false"}:
         raise PipelineError(f"option {name} must be true or false, got {raw!r}")
     return value == "true"
+
+
+def include_headers(given: Mapping[str, str]) -> bool:
+    """The ``includeHeaders`` option (default true): whether the schema has ``headers``."""
+    return _flag({key.lower(): value for key, value in given.items()}, "includeHeaders", True)
 
 
 def _int(options: Mapping[str, str], name: str) -> int | None:
@@ -126,6 +136,12 @@ class ReadSpec:
     pin_ms: int = DEFAULT_PIN_MS
     #: Pin sets a job made (its listing is planned from them): see ``logdirs.Pinner``.
     pin_sets: tuple[str, ...] = ()
+    #: Spark's Kafka source options: about this many tasks at least (large ranges are cut), and
+    #: at most this many offsets per task (see :mod:`storagepipeline.ranges`).
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    #: Streaming: at most about this many offsets per micro-batch, over all partitions.
+    max_offsets_per_trigger: int | None = None
     #: A directory where each read task that skipped something (failOnCorruption=false,
     #: failOnDataLoss=false) writes what it skipped: ``reading.read_skip_report`` sums them.
     skip_report_path: str | None = None
@@ -146,13 +162,18 @@ class ReadSpec:
         )
 
 
-def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, dict[int, int]]:
+def _offsets_option(
+    options: Mapping[str, str], name: str, *, streaming: bool = False
+) -> str | dict[str, dict[int, int]]:
     raw = options.get(name.lower())
     if raw is None:
-        return "earliest" if name == "startingOffsets" else "latest"
+        return "latest" if streaming or name == "endingOffsets" else "earliest"
     text = str(raw).strip()
     if text in {"earliest", "latest"}:
-        if (name, text) in {("startingOffsets", "latest"), ("endingOffsets", "earliest")}:
+        refused = {("endingOffsets", "earliest")}
+        if not streaming:
+            refused.add(("startingOffsets", "latest"))
+        if (name, text) in refused:
             raise PipelineError(f"option {name}={text} is not allowed for batch queries")
         return text
     try:
@@ -177,7 +198,7 @@ def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, di
                     f"option {name}: {topic}-{partition}: offset {offset!r} is not an integer"
                 ) from None
             forbidden = LATEST if name == "startingOffsets" else EARLIEST
-            if per[int(partition)] == forbidden:
+            if per[int(partition)] == forbidden and not streaming:
                 word = "latest (-1)" if forbidden == LATEST else "earliest (-2)"
                 raise PipelineError(
                     f"option {name}: {topic}-{partition}: {word} is not allowed for batch queries"
@@ -186,10 +207,25 @@ def _offsets_option(options: Mapping[str, str], name: str) -> str | dict[str, di
     return result
 
 
-def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
+def parse_read_options(given: Mapping[str, str], *, streaming: bool = False) -> ReadSpec:
+    """The reader options of a batch read, or with ``streaming`` of a streaming read:
+    ``startingOffsets`` then defaults to ``latest`` (as Spark's Kafka source), there is no end
+    (``endingOffsets`` / ``endingTimestamp`` are errors), ``maxOffsetsPerTrigger`` applies and
+    the view is ``log``."""
     check_known(given, READ_OPTIONS, "logkeeper read")
     # Spark's option maps are case-insensitive (keys arrive lower-cased); so are ours.
     options = {key.lower(): value for key, value in given.items()}
+    if streaming:
+        for name in ("endingOffsets", "endingTimestamp"):
+            if name.lower() in options:
+                raise PipelineError(f"option {name} is not allowed for streaming queries")
+        if str(options.get("view", "log")).strip().lower() != "log":
+            raise PipelineError("option view must be log for streaming queries")
+    elif "maxoffsetspertrigger" in options:
+        raise PipelineError("option maxOffsetsPerTrigger applies to streaming queries only")
+    max_offsets = _int(options, "maxOffsetsPerTrigger")
+    if max_offsets is not None and max_offsets < 1:
+        raise PipelineError(f"option maxOffsetsPerTrigger must be >= 1, got {max_offsets}")
     topics_raw = options.get("topic") or options.get("subscribe")
     pattern = options.get("topicpattern") or options.get("subscribepattern")
     topics = tuple(t.strip() for t in str(topics_raw).split(",") if t.strip()) if topics_raw else ()
@@ -218,11 +254,17 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
     batch_rows = _int(options, "maxRecordsPerBatch") or 8192
     if batch_rows < 1:
         raise PipelineError(f"option maxRecordsPerBatch must be >= 1, got {batch_rows}")
+    min_partitions = _int(options, "minPartitions")
+    if min_partitions is not None and min_partitions < 1:
+        raise PipelineError(f"option minPartitions must be >= 1, got {min_partitions}")
+    max_records = _int(options, "maxRecordsPerPartition")
+    if max_records is not None and max_records < 1:
+        raise PipelineError(f"option maxRecordsPerPartition must be >= 1, got {max_records}")
     return ReadSpec(
         data_dirs=tuple(data_dirs_of(options)),
         topics=topics,
         topic_pattern=str(pattern) if pattern else None,
-        starting=_offsets_option(options, "startingOffsets"),
+        starting=_offsets_option(options, "startingOffsets", streaming=streaming),
         ending=_offsets_option(options, "endingOffsets"),
         starting_timestamp=starting_ts,
         ending_timestamp=ending_ts,
@@ -236,6 +278,9 @@ def parse_read_options(given: Mapping[str, str]) -> ReadSpec:
         pin_ms=DEFAULT_PIN_MS if pin_ms is None else pin_ms,
         pin_sets=pin_sets,
         skip_report_path=str(options["skipreportpath"]) if options.get("skipreportpath") else None,
+        min_partitions=min_partitions,
+        max_records_per_partition=max_records,
+        max_offsets_per_trigger=max_offsets,
     )
 
 
@@ -259,7 +304,7 @@ class Pushdown:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlannedPartition:
-    """One unit of work: a topic-partition's segment refs (one ref in the ``log`` view)."""
+    """One read task: a topic-partition's segment refs, each clipped to the task's offsets."""
 
     topic: str
     partition: int
@@ -267,7 +312,7 @@ class PlannedPartition:
     refs: tuple[SegmentRef, ...]
 
 
-def _explicit(
+def explicit_offsets(
     spec_offsets: Mapping[str, Mapping[int, int]],
     selected: Sequence[TopicPartition],
     name: str,
@@ -351,6 +396,35 @@ def offset_for_timestamp(
     return first_offset_at_or_after(candidates, Path(snap.directory), timestamp, options)
 
 
+def skip_older_than(ref: SegmentRef, timestamp_ms: int) -> SegmentRef:
+    """``ref`` without its leading records that the time index proves older than
+    ``timestamp_ms``.
+
+    A time index entry ``(t, o)`` says that ``t`` was the largest timestamp of the segment's
+    records up to the batch holding ``o``; so when ``t < timestamp_ms`` no record at or before
+    ``o`` qualifies and the read can start at ``o + 1``. The entries are read as hints: the
+    walk stops at the first one that goes back in time or past the ref's range, and at a
+    timestamp of 0 or less (the unused, zero-filled tail of a preallocated index looks so).
+    """
+    index = ref.read_path.with_name(ref.read_path.name[: -len(files.LOG_SUFFIX)])
+    try:
+        entries = time_index_entries(
+            index.with_name(index.name + files.TIME_INDEX_SUFFIX), ref.base_offset
+        )
+    except OSError:
+        return ref
+    start = ref.start_offset
+    previous = -1
+    for entry in entries:
+        if entry.timestamp <= 0 or entry.timestamp < previous or entry.timestamp >= timestamp_ms:
+            break
+        if entry.offset >= ref.end_offset:
+            break
+        previous = entry.timestamp
+        start = max(start, entry.offset + 1)
+    return dataclasses.replace(ref, start_offset=min(start, ref.end_offset))
+
+
 def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedPartition]:
     """Snapshot (and pin) the selected partitions and cut them into work units."""
     pushdown = pushdown or Pushdown()
@@ -359,12 +433,17 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
     selected = select_partitions(available, topics=spec.topics, pattern=spec.topic_pattern)
     tps = list(selected)
     starts = (
-        _explicit(spec.starting, tps, "startingOffsets") if isinstance(spec.starting, dict) else {}
+        explicit_offsets(spec.starting, tps, "startingOffsets")
+        if isinstance(spec.starting, dict)
+        else {}
     )
-    ends = _explicit(spec.ending, tps, "endingOffsets") if isinstance(spec.ending, dict) else {}
+    ends = (
+        explicit_offsets(spec.ending, tps, "endingOffsets") if isinstance(spec.ending, dict) else {}
+    )
     units: list[PlannedPartition] = []
     if pushdown.empty:
         return units
+    spans: list[tuple[PartitionSnapshot, int, int]] = []
     for tp, directory in selected.items():
         if not pushdown.allows(tp):
             continue
@@ -373,23 +452,43 @@ def plan_read(spec: ReadSpec, pushdown: Pushdown | None = None) -> list[PlannedP
         if start is None:
             continue
         end = _end_of(spec, snap, ends)
-        start, end = max(start, pushdown.offset_low), min(end, pushdown.offset_high)
-        refs = clip(snap, start, end)
-        if pushdown.timestamp_low_ms is not None:
-            low = pushdown.timestamp_low_ms
+        spans.append((snap, max(start, pushdown.offset_low), min(end, pushdown.offset_high)))
+    return cut(spec, spans, pushdown.timestamp_low_ms)
+
+
+def cut(
+    spec: ReadSpec,
+    spans: Sequence[tuple[PartitionSnapshot, int, int]],
+    timestamp_low_ms: int | None = None,
+) -> list[PlannedPartition]:
+    """Read tasks for offsets ``[start, end)`` of each snapshot: one per partition, cut by
+    ``minPartitions`` / ``maxRecordsPerPartition`` (:func:`storagepipeline.ranges.split`; the
+    ``latest`` view is never cut: a key's latest record needs the whole partition), each task
+    holding its segments clipped to its range. With ``timestamp_low_ms`` (a pushed-down
+    ``timestamp >=``) segments and leading records that the time index proves older are left
+    out."""
+    snaps = {snap.tp: snap for snap, _start, _end in spans}
+    wanted = [OffsetRange(snap.tp, start, end) for snap, start, end in spans if start < end]
+    if spec.view == "log":
+        wanted = ranges.split(
+            wanted,
+            min_partitions=spec.min_partitions,
+            max_records_per_partition=spec.max_records_per_partition,
+        )
+    units: list[PlannedPartition] = []
+    for item in wanted:
+        snap = snaps[item.tp]
+        refs = clip(snap, item.start, item.end)
+        if timestamp_low_ms is not None:
+            low = timestamp_low_ms
             refs = [
-                ref
+                skip_older_than(ref, low)
                 for ref in refs
                 if ref.active or (hint := max_timestamp_hint(ref.read_path)) is None or hint >= low
             ]
-        if not refs:
-            continue
-        if spec.view == "latest":
-            units.append(PlannedPartition(tp.topic, tp.partition, str(directory), tuple(refs)))
-        else:
-            units.extend(
-                PlannedPartition(tp.topic, tp.partition, str(directory), (ref,)) for ref in refs
-            )
+            refs = [ref for ref in refs if ref.start_offset < ref.end_offset]
+        if refs:
+            units.append(PlannedPartition(snap.topic, snap.partition, snap.directory, tuple(refs)))
     return units
 
 

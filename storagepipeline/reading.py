@@ -114,27 +114,23 @@ def read_skip_report(report_dir: Path) -> dict[str, Any]:
     return {**totals, "partitions": partitions, "skipped": messages}
 
 
-def batches(
+def opened(
     ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
-) -> Iterator[RecordBatch]:
-    """Validated data batches overlapping ``[ref.start_offset, ref.end_offset)``."""
+) -> Iterator[tuple[FileRecords, SegmentRef]]:
+    """The open files holding the planned range ``[ref.start_offset, ref.end_offset)``, each with
+    the part of the range it holds: the planned file itself (its pin, name or ``.deleted``
+    name), or, when it is gone, the segments covering the range now (counted as a fallback;
+    a hole among them is data loss, raised or counted by ``options``). Each file is closed
+    when the consumer asks for the next one."""
     records = open_pinned(ref)
-    if records is None:
-        # The planned file is gone (replaced or deleted longer ago than file.delete.delay.ms).
-        counters.fallbacks += 1
-        yield from _fallback(ref, directory, options, counters)
+    if records is not None:
+        try:
+            yield records, ref
+        finally:
+            records.close()
         return
-    try:
-        yield from _batches_of(records, ref, options, counters)
-    finally:
-        records.close()
-
-
-def _fallback(
-    ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
-) -> Iterator[RecordBatch]:
-    """The planned offsets from the segments covering them now; a successor that is itself
-    replaced before it is opened (a busy cleaner) makes the rest be listed again."""
+    # The planned file is gone (replaced or deleted longer ago than file.delete.delay.ms).
+    counters.fallbacks += 1
     covered = ref.start_offset
     for _attempt in range(_FALLBACK_ATTEMPTS):
         replaced = False
@@ -143,14 +139,15 @@ def _fallback(
                 # A hole in the current segments: retention (or delete-records) removed it.
                 _lost(ref, covered, current.start_offset, options, counters)
                 covered = current.start_offset
-            records = open_pinned(current)
-            if records is None:
+            successor = open_pinned(current)
+            if successor is None:
+                # Itself replaced before it was opened (a busy cleaner): list again.
                 replaced = True
                 break
             try:
-                yield from _batches_of(records, current, options, counters)
+                yield successor, current
             finally:
-                records.close()
+                successor.close()
             covered = current.end_offset
         if not replaced:
             break
@@ -161,6 +158,14 @@ def _fallback(
         )
     if covered < ref.end_offset:
         _lost(ref, covered, ref.end_offset, options, counters)
+
+
+def batches(
+    ref: SegmentRef, directory: Path, options: ReadOptions, counters: ReadCounters
+) -> Iterator[RecordBatch]:
+    """Validated data batches overlapping ``[ref.start_offset, ref.end_offset)``."""
+    for records, current in opened(ref, directory, options, counters):
+        yield from _batches_of(records, current, options, counters)
 
 
 def _lost(

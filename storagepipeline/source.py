@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceWriter,
     EqualTo,
     Filter,
@@ -40,8 +41,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from storagecore import Record
-from storagepipeline import plan, reading
+from storagepipeline import columnar, latest, plan, reading
+from storagepipeline.logdirs import PipelineError
 from storagepipeline.writing import LogkeeperWriter
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,25 @@ SCHEMA = StructType(
 SCHEMA_WITHOUT_HEADERS = StructType(SCHEMA.fields[:-1])
 
 
+def check_read_schema(schema: StructType) -> None:
+    """A schema given to a read (``spark.read.schema(...)``) must be columns of :data:`SCHEMA`,
+    each with its type: the reader decodes exactly those columns (pyspark 4.3 gives Python data
+    sources no column pruning, so a narrower schema is how a query skips decoding values)."""
+    known = {field.name: field.dataType for field in SCHEMA.fields}
+    for field in schema.fields:
+        expected = known.get(field.name)
+        if expected is None:
+            raise PipelineError(
+                f"read schema column {field.name!r} is not a column of the logkeeper source "
+                f"(columns: {', '.join(known)})"
+            )
+        if field.dataType != expected:
+            raise PipelineError(
+                f"read schema column {field.name!r} must be {expected.simpleString()}, "
+                f"got {field.dataType.simpleString()}"
+            )
+
+
 class LogkeeperInputPartition(InputPartition):
     def __init__(self, unit: plan.PlannedPartition) -> None:
         super().__init__(unit)
@@ -83,9 +103,10 @@ def _timestamp_ms(value: Any) -> int | None:
 
 
 class LogkeeperReader(DataSourceReader):
-    """Reads the planned units. Pruning comes from the options (``startingOffsets`` and
-    friends, through the offset and time indexes); :class:`PushdownReader` adds ``where``
-    filters when the ``pushdown`` option asks for it."""
+    """Reads the planned units through the native columnar decoder (:mod:`.columnar`),
+    decoding only the columns of ``schema``. Pruning comes from the options
+    (``startingOffsets`` and friends, through the offset and time indexes);
+    :class:`PushdownReader` adds ``where`` filters when the ``pushdown`` option asks for it."""
 
     def __init__(self, spec: plan.ReadSpec, schema: StructType) -> None:
         self.spec = spec
@@ -109,24 +130,8 @@ class LogkeeperReader(DataSourceReader):
         unit = partition.unit
         if not unit.refs:
             return
-        options = self.spec.read_options
-        if self.pushdown.timestamp_low_ms is not None and self.spec.view == "log":
-            options = reading.ReadOptions(
-                fail_on_corruption=options.fail_on_corruption,
-                fail_on_data_loss=options.fail_on_data_loss,
-                min_timestamp=self.pushdown.timestamp_low_ms,
-            )
         counters = reading.ReadCounters()
-        directory = Path(unit.directory)
-        if self.spec.view == "latest":
-            rows = latest_records(unit, directory, options, counters)
-        else:
-            rows = (
-                item
-                for ref in unit.refs
-                for item in reading.records(ref, directory, options, counters)
-            )
-        yield from ArrowBuilder(self.schema, unit, self.spec.max_records_per_batch).batches(rows)
+        yield from self.read_unit(unit, counters)
         if counters.anything:
             logger.warning("%s-%d read: %s", unit.topic, unit.partition, counters)
             if self.spec.skip_report_path:
@@ -137,6 +142,32 @@ class LogkeeperReader(DataSourceReader):
                     unit.refs[0],
                     counters,
                 )
+
+    def read_unit(
+        self,
+        unit: plan.PlannedPartition,
+        counters: reading.ReadCounters,
+        decode_counters: columnar.DecodeCounters | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """The unit's rows in the reader's schema (what :meth:`read` yields), counting what it
+        skipped into ``counters`` and what it decoded into ``decode_counters``."""
+        target = columnar.ArrowTarget(
+            schema=to_arrow_schema(self.schema, timezone="UTC"),
+            topic=unit.topic,
+            partition=unit.partition,
+            rows_per_batch=self.spec.max_records_per_batch,
+        )
+        directory = Path(unit.directory)
+        options = self.spec.read_options
+        if self.spec.view == "latest":
+            yield from latest.record_batches(
+                unit.refs, directory, target, options, counters, decode_counters=decode_counters
+            )
+            return
+        for ref in unit.refs:
+            yield from columnar.record_batches(
+                ref, directory, target, options, counters, decode_counters=decode_counters
+            )
 
 
 class PushdownReader(LogkeeperReader):
@@ -201,85 +232,6 @@ class PushdownReader(LogkeeperReader):
         return False
 
 
-def latest_records(
-    unit: plan.PlannedPartition,
-    directory: Path,
-    options: reading.ReadOptions,
-    counters: reading.ReadCounters,
-) -> Iterator[tuple[Record, int]]:
-    """The compacted view of one partition: for each key its highest-offset record, tombstones
-    and keyless records dropped (what a consumer of a fully cleaned log would keep).
-
-    Two passes over the unit's segments; the first holds one dict entry per distinct key of the
-    partition (the ``compact`` job has no such bound: it aggregates in Spark).
-    """
-    last: dict[bytes, int] = {}
-    for ref in unit.refs:
-        for record, _type in reading.records(ref, directory, options, counters):
-            if record.key is not None:
-                last[record.key] = record.offset
-    for ref in unit.refs:
-        for record, timestamp_type in reading.records(ref, directory, options, counters):
-            key = record.key
-            if key is not None and record.value is not None and last.get(key) == record.offset:
-                yield record, timestamp_type
-
-
-class ArrowBuilder:
-    """Rows to ``pyarrow.RecordBatch``es of the output schema, ``rows_per_batch`` at a time."""
-
-    def __init__(self, schema: StructType, unit: plan.PlannedPartition, rows_per_batch: int):
-        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        self.headers = "headers" in schema.fieldNames()
-        self.unit = unit
-        self.rows_per_batch = rows_per_batch
-
-    def batches(self, rows: Iterator[tuple[Record, int]]) -> Iterator[pa.RecordBatch]:
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        offsets: list[int] = []
-        timestamps: list[int] = []
-        types: list[int] = []
-        headers: list[list[dict[str, Any]]] = []
-        for record, timestamp_type in rows:
-            keys.append(record.key)
-            values.append(record.value)
-            offsets.append(record.offset)
-            timestamps.append(record.timestamp * 1000)
-            types.append(timestamp_type)
-            if self.headers:
-                headers.append([{"key": k, "value": v} for k, v in record.headers])
-            if len(offsets) >= self.rows_per_batch:
-                yield self._batch(keys, values, offsets, timestamps, types, headers)
-                keys, values, offsets, timestamps, types, headers = [], [], [], [], [], []
-        if offsets:
-            yield self._batch(keys, values, offsets, timestamps, types, headers)
-
-    def _batch(  # noqa: PLR0917 - the columns
-        self,
-        keys: list[bytes | None],
-        values: list[bytes | None],
-        offsets: list[int],
-        timestamps: list[int],
-        types: list[int],
-        headers: list[list[dict[str, Any]]],
-    ) -> pa.RecordBatch:
-        schema = self.arrow_schema
-        n = len(offsets)
-        columns = [
-            pa.array(keys, type=schema.field("key").type),
-            pa.array(values, type=schema.field("value").type),
-            pa.array([self.unit.topic] * n, type=schema.field("topic").type),
-            pa.array([self.unit.partition] * n, type=schema.field("partition").type),
-            pa.array(offsets, type=schema.field("offset").type),
-            pa.array(timestamps, type=schema.field("timestamp").type),
-            pa.array(types, type=schema.field("timestampType").type),
-        ]
-        if self.headers:
-            columns.append(pa.array(headers, type=schema.field("headers").type))
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
 class LogkeeperDataSource(DataSource):
     """Format ``logkeeper``: read (batch) and write topic logs. Options: see the README."""
 
@@ -288,13 +240,24 @@ class LogkeeperDataSource(DataSource):
         return "logkeeper"
 
     def schema(self) -> StructType:
-        # Called for reads only (a write takes the DataFrame's schema, checked by the writer).
-        spec = plan.parse_read_options(dict(self.options))
-        return SCHEMA if spec.include_headers else SCHEMA_WITHOUT_HEADERS
+        # Called for batch and streaming reads (a write takes the DataFrame's schema, checked by
+        # the writer); the reader and the stream reader check the other options.
+        options = dict(self.options)
+        plan.check_known(options, plan.READ_OPTIONS, "logkeeper read")
+        return SCHEMA if plan.include_headers(options) else SCHEMA_WITHOUT_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
         spec = plan.parse_read_options(dict(self.options))
+        check_read_schema(schema)
         return (PushdownReader if spec.pushdown else LogkeeperReader)(spec, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        # Imported here: the stream reader reads through this module's reader.
+        from storagepipeline.stream import LogkeeperStreamReader  # noqa: PLC0415
+
+        spec = plan.parse_read_options(dict(self.options), streaming=True)
+        check_read_schema(schema)
+        return LogkeeperStreamReader(spec, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return LogkeeperWriter(dict(self.options), schema, overwrite)

@@ -76,3 +76,24 @@ def test_bench_log_tiny(tmp_path: Path) -> None:
         assert "Kafka lz4: plain write" in out, out
     if HAVE_VALGRIND:
         assert "Log.append of" in out, out
+
+
+@pytest.mark.spark
+def test_bench_pipeline_tiny(tmp_path: Path) -> None:
+    """The read comparison only (``compact`` at scale is the benchmark's, not CI's): a JVM of its
+    own, 4,000 records, one timed round."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_pipeline.py"),
+         "--records", "4000", "--partitions", "2", "--keys", "300", "--runs", "1", "--no-compact"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "BENCH_DIR": str(tmp_path)},
+        check=False,
+    )  # fmt: skip
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
+    for line in ("read logkeeper:", "read arrow ceiling:", "read parquet:", "key-only:"):
+        assert line in out, out
+    assert "ratio read logkeeper / arrow ceiling:" in out, out

@@ -111,9 +111,9 @@ def test_every_codec_reads_back_exactly(
     df = read(spark, tmp_path, "orders")
     assert df.schema == SCHEMA
     assert rows(df) == expected(model)
-    # One Spark partition per segment: the 4 KiB segments of two partitions.
+    # One Spark partition per topic-partition (Spark's Kafka source), however many segments.
     segments = len(list(tmp_path.glob("orders-*/*.log")))
-    assert segments > 2 and df.rdd.getNumPartitions() == segments
+    assert segments > 2 and df.rdd.getNumPartitions() == 2
     assert {r["timestampType"] for r in df.select("timestampType").collect()} == {0}
     assert {r["topic"] for r in df.select("topic").distinct().collect()} == {"orders"}
 
@@ -201,6 +201,8 @@ def test_starting_timestamp_is_the_first_offset_at_or_after_it(
         ({"colour": "blue"}, "unknown logkeeper read option"),
         ({"view": "compacted"}, "view must be one of log, latest"),
         ({"failOnCorruption": "maybe"}, "failOnCorruption must be true or false"),
+        ({"minPartitions": "0"}, "option minPartitions must be >= 1, got 0"),
+        ({"maxRecordsPerPartition": "ten"}, "option maxRecordsPerPartition must be an integer"),
     ],
 )
 def test_bad_options_name_the_option(
@@ -228,7 +230,8 @@ def test_options_are_checked_without_spark(tmp_path: Path) -> None:
 def test_pushdown_prunes_the_plan_by_partition_offset_and_timestamp(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    model = build(tmp_path, "orders", batches=80)
+    # An index entry per batch, so the time index can skip records inside a segment.
+    model = build(tmp_path, "orders", batches=80, config={"index.interval.bytes": 1})
     segments = len(list(tmp_path.glob("orders-*/*.log")))
 
     def fresh() -> Any:  # one load per query: see PushdownReader on pyspark's plan cache
@@ -236,12 +239,24 @@ def test_pushdown_prunes_the_plan_by_partition_offset_and_timestamp(
 
     narrowed = fresh().where("partition = 1 AND offset >= 300 AND offset < 320")
     assert rows(narrowed) == expected(model, lambda p, o: p == 1 and 300 <= o < 320)
-    # Only the segment(s) holding offsets [300, 320) of partition 1 are planned.
-    assert narrowed.rdd.getNumPartitions() <= 2 < segments
-    cut = datetime.datetime.fromtimestamp((START_MS + 70_000) / 1000, datetime.UTC)
+    # One task, for partition 1; its segments are only those holding offsets [300, 320).
+    assert narrowed.rdd.getNumPartitions() == 1
+    push = plan.Pushdown(partitions={1}, offset_low=300, offset_high=320)
+    spec = plan.parse_read_options({"path": str(tmp_path), "topic": "orders", "pinMs": "0"})
+    (unit,) = plan.plan_read(spec, push)
+    assert len(unit.refs) <= 2 < segments
+    assert (unit.refs[0].start_offset, unit.refs[-1].end_offset) == (300, 320)
+    cut = datetime.datetime.fromtimestamp((START_MS + 72_000) / 1000, datetime.UTC)
     recent = fresh().where(f"timestamp >= '{cut.isoformat()}'")
-    assert rows(recent) == expected(model, lambda p, o: model[p][o][3] >= START_MS + 70_000)
-    assert recent.rdd.getNumPartitions() < segments
+    assert rows(recent) == expected(model, lambda p, o: model[p][o][3] >= START_MS + 72_000)
+    # The time index drops older segments and, inside the first one kept, older records.
+    low = plan.Pushdown(timestamp_low_ms=START_MS + 72_000)
+    units = plan.plan_read(spec, low)
+    assert sum(len(unit.refs) for unit in units) < segments
+    firsts = [unit.refs[0] for unit in units]
+    assert any(first.start_offset > first.base_offset for first in firsts)
+    for unit, first in zip(units, firsts, strict=True):
+        assert model[unit.partition][first.start_offset - 1][3] < START_MS + 72_000
     assert fresh().where("offset > 5 AND offset < 3").count() == 0
     assert fresh().where("topic = 'elsewhere'").count() == 0
 
