@@ -92,7 +92,8 @@ def test_kafka_sequence_rules(tmp_path: Path, clock: ManualClock) -> None:
 
 def test_sequences_wrap_at_2_to_the_31(tmp_path: Path, clock: ManualClock) -> None:
     log = open_log(tmp_path, clock)
-    log.append(idempotent((1 << 31) - 2))  # sequences 2^31-2 and 2^31-1
+    # sequences 2^31-2 and 2^31-1, stamped now (message.timestamp.after.max.ms is an hour)
+    log.append(idempotent((1 << 31) - 2, timestamp=START_MS))
     assert log.append(idempotent(0)).first_offset == 2
     log.close()
 
