@@ -109,6 +109,27 @@ static Py_ssize_t plain_batch(const uint8_t *b, Py_ssize_t avail, const codecs_t
     return size;
 }
 
+/* The view of a plain batch at b (see plain_batch) inside a region call, whose thread state is
+ * *save (the GIL released): a compressed one's records decompressed by its codec, with the GIL
+ * taken for the call; *held keeps them (and is released at the next call, or by the caller).
+ * -1 when the codec failed (*raised set for what must propagate): the per-batch path takes it. */
+static int view_region_batch(PyThreadState **save, const codecs_t *codecs, const uint8_t *b,
+                             Py_ssize_t size, PyObject **held, int *raised, batch_view_t *view) {
+    int codec = get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK;
+    if (codec == 0) {
+        view_batch(b, size, NULL, 0, view);
+        return 0;
+    }
+    PyEval_RestoreThread(*save);
+    Py_XDECREF(*held);
+    *held = call_codec(codecs->fn[codec], b + RECORD_BATCH_OVERHEAD, size - RECORD_BATCH_OVERHEAD,
+                       raised);
+    *save = PyEval_SaveThread();
+    if (*held == NULL) return -1;
+    view_batch(b, size, (const uint8_t *)PyBytes_AS_STRING(*held), PyBytes_GET_SIZE(*held), view);
+    return 0;
+}
+
 /* Why a region call returned. */
 enum { STOP_END = 0, STOP_BATCH = 1, STOP_FULL = 2 };
 
@@ -172,24 +193,11 @@ static PyObject *map_region(PyObject *self, PyObject *args) {
             stop = batch_size == 0 ? STOP_END : STOP_BATCH;
             break;
         }
-        const uint8_t *records = NULL;
-        Py_ssize_t records_bytes = 0;
-        int codec = get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK;
-        if (codec != 0) {
-            Py_BLOCK_THREADS
-            Py_XDECREF(records_held);
-            records_held = call_codec(codecs.fn[codec], b + RECORD_BATCH_OVERHEAD,
-                                      batch_size - RECORD_BATCH_OVERHEAD, &raised);
-            Py_UNBLOCK_THREADS
-            if (records_held == NULL) {
-                stop = STOP_BATCH;
-                break;
-            }
-            records = (const uint8_t *)PyBytes_AS_STRING(records_held);
-            records_bytes = PyBytes_GET_SIZE(records_held);
-        }
         batch_view_t view;
-        view_batch(b, batch_size, records, records_bytes, &view);
+        if (view_region_batch(&_save, &codecs, b, batch_size, &records_held, &raised, &view) < 0) {
+            stop = STOP_BATCH;
+            break;
+        }
         if (!plausible_count(view.count, view.records_bytes)) {
             stop = STOP_BATCH;
             break;
@@ -319,24 +327,12 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
             stop = batch_size == 0 ? STOP_END : STOP_BATCH;
             break;
         }
-        const uint8_t *records = NULL;
-        Py_ssize_t records_bytes = 0;
-        int codec = get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK;
-        if (codec != 0) {
-            Py_BLOCK_THREADS
-            Py_XDECREF(records_held);
-            records_held = call_codec(unpack.fn[codec], b + RECORD_BATCH_OVERHEAD,
-                                      batch_size - RECORD_BATCH_OVERHEAD, &raised);
-            Py_UNBLOCK_THREADS
-            if (records_held == NULL) {
-                stop = STOP_BATCH;
-                break;
-            }
-            records = (const uint8_t *)PyBytes_AS_STRING(records_held);
-            records_bytes = PyBytes_GET_SIZE(records_held);
-        }
         batch_view_t view;
-        view_batch(b, batch_size, records, records_bytes, &view);
+        if (view_region_batch(&_save, &unpack, b, batch_size, &records_held, &raised, &view) < 0) {
+            stop = STOP_BATCH;
+            break;
+        }
+        int codec = view.attributes & CODEC_MASK;
         if (!plausible_count(view.count, view.records_bytes)) {
             stop = STOP_BATCH;
             break;

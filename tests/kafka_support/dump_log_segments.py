@@ -2,19 +2,19 @@
 tests wrote, to check them with Kafka's own decoders.
 
 The classpath is ``kafka-tools`` 4.3.1 as pinned in ``dump_log_segments/pom.xml``, resolved
-once with ``mvn dependency:build-classpath`` (artifacts land in ``~/.m2``) and cached in
-``dump_log_segments/build/classpath.txt`` beside the pom's hash (``build/`` is git-ignored), as
-``benchmarks/kafka_anchor.py`` does for the benchmarks. Each call is one ``java`` process.
+once by :func:`tests.kafka_support.maven.classpath` (artifacts land in ``~/.m2``) and cached in
+``dump_log_segments/build/`` (git-ignored). Each call is one ``java`` process.
 """
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
+
+from tests.kafka_support import maven
 
 HERE = Path(__file__).resolve().parent / "dump_log_segments"
 POM = HERE / "pom.xml"
@@ -43,23 +43,8 @@ def _run(command: list[str], timeout_s: float) -> DumpOutput:
 
 
 def classpath() -> str:
-    """Kafka's jars, resolved with Maven once per pom (then cached)."""
-    BUILD.mkdir(exist_ok=True)
-    cached, stamp = BUILD / "classpath.txt", BUILD / "classpath.stamp"
-    pom_hash = hashlib.sha256(POM.read_bytes()).hexdigest()
-    if cached.is_file() and stamp.is_file() and stamp.read_text() == pom_hash:
-        jars = cached.read_text().strip()
-        if all(Path(jar).is_file() for jar in jars.split(":")):
-            return jars
-    _run(
-        [
-            "mvn", "-q", "-B", "-f", str(POM), "dependency:build-classpath",
-            f"-Dmdep.outputFile={cached}",
-        ],
-        timeout_s=900,
-    )  # fmt: skip
-    stamp.write_text(pom_hash)
-    return cached.read_text().strip()
+    """kafka-tools' jars, resolved with Maven once per pom (then cached)."""
+    return maven.classpath(POM, BUILD)
 
 
 def dump(files: Sequence[Path], *flags: str, timeout_s: float = 300) -> DumpOutput:

@@ -64,11 +64,12 @@ def run(command: list[str], what: str, timeout_s: float) -> str:
     return done.stdout
 
 
-def classpath() -> str:
-    """Kafka's jars as a classpath, resolved with Maven once per pom (then cached)."""
-    BUILD.mkdir(exist_ok=True)
-    cached, stamp = BUILD / "classpath.txt", BUILD / "classpath.stamp"
-    pom_hash = _digest(POM.read_bytes())
+def classpath(pom: Path = POM, build: Path = BUILD) -> str:
+    """The jars of ``pom`` as a classpath, resolved with Maven once per pom (then cached in
+    ``build``)."""
+    build.mkdir(exist_ok=True)
+    cached, stamp = build / "classpath.txt", build / "classpath.stamp"
+    pom_hash = _digest(pom.read_bytes())
     if cached.is_file() and stamp.is_file() and stamp.read_text() == pom_hash:
         jars = cached.read_text().strip()
         if all(Path(jar).is_file() for jar in jars.split(":")):
@@ -76,7 +77,7 @@ def classpath() -> str:
     # -B: no colours or progress in the output; -q: only errors. First run downloads to ~/.m2.
     run(
         [
-            "mvn", "-q", "-B", "-f", str(POM), "dependency:build-classpath",
+            "mvn", "-q", "-B", "-f", str(pom), "dependency:build-classpath",
             f"-Dmdep.outputFile={cached}",
         ],
         "mvn dependency:build-classpath",
