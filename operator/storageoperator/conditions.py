@@ -234,7 +234,24 @@ def _pause_conditions(
     return result
 
 
-def volume_figures(worker: Mapping[str, Any] | None) -> dict[str, Any]:
+# The volume's free bytes move with every write, the worker's and any other tenant's of the disk.
+# The status takes a new figure only once it moved by this fraction of the one it shows, so a busy
+# disk does not make the operator write the status on every timer tick (the worker's metrics have
+# the exact figure).
+DISK_FREE_STEP = 0.01
+
+
+def settled_disk_free(shown: int | None, measured: int | None) -> int | None:
+    """The free bytes the status shows: ``shown`` until ``measured`` moved by DISK_FREE_STEP."""
+    if shown is None or measured is None:
+        return measured
+    return shown if abs(measured - shown) < DISK_FREE_STEP * shown else measured
+
+
+def volume_figures(
+    worker: Mapping[str, Any] | None, *, shown: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The StorageVolume's status figures from the worker's report; ``shown`` is the status now."""
     if worker is None:
         return {}
     # The worker's own topics (the Kafka port's __consumer_offsets) are not the user's.
@@ -252,7 +269,9 @@ def volume_figures(worker: Mapping[str, Any] | None) -> dict[str, Any]:
         "sizeBytes": sum(int(p.get("sizeBytes") or 0) for p in partitions),
         "maxDirtyRatio": max(ratios) if ratios else None,
         "uncleanablePartitions": sum(1 for p in partitions if p.get("uncleanable")),
-        "diskFreeBytes": min(free) if free else None,
+        "diskFreeBytes": settled_disk_free(
+            (shown or {}).get("diskFreeBytes"), min(free) if free else None
+        ),
     }
 
 

@@ -358,7 +358,10 @@ def storage_volume_crd() -> dict[str, Any]:
             "diskFreeBytes": {
                 "type": "integer",
                 "format": "int64",
-                "description": "Free bytes on the volume.",
+                "description": (
+                    "Free bytes on the volume; refreshed once it moves by 1% or more (the"
+                    " worker's metrics carry the exact figure)."
+                ),
             },
         },
     }

@@ -449,7 +449,7 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     conds = conditions.volume_conditions(
         body, children_ready=children_ready, worker=worker, worker_error=error
     )
-    status = _status_patch(body, conditions.volume_figures(worker), conds)
+    status = _status_patch(body, conditions.volume_figures(worker, shown=body.get("status")), conds)
     if status is not None:
         retrying(
             lambda: _custom().patch_namespaced_custom_object_status(

@@ -141,11 +141,21 @@ def test_group_commits_survive_a_restart_and_the_consumer_resumes(root: Path) ->
 def test_two_members_split_the_partitions_and_consume_everything_once(served: Served) -> None:
     fill(served.kafka_address, "events", 200)
     members = [group_consumer(served.kafka_address, "pair") for _ in range(2)]
+    # Each member's current assignment: the eager protocol hands the whole assignment to on_assign
+    # and takes it all back in on_revoke.
     assigned: list[set[int]] = [set(), set()]
+
+    def on_assign(index: int, parts: list[Partition]) -> None:
+        assigned[index] = {p.partition for p in parts}
+
+    def on_revoke(index: int) -> None:
+        assigned[index] = set()
+
     for index, member in enumerate(members):
         member.subscribe(
             ["events"],
-            on_assign=lambda _c, parts, i=index: assigned[i].update(p.partition for p in parts),
+            on_assign=lambda _c, parts, i=index: on_assign(i, parts),
+            on_revoke=lambda _c, _parts, i=index: on_revoke(i),
         )
     seen: dict[tuple[int, int], int] = {}
     deadline = time.monotonic() + 60

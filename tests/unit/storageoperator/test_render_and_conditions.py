@@ -246,3 +246,22 @@ def test_rendered_yaml_round_trips() -> None:
         render.config_map(VOLUME, []),
     ):
         assert yaml.safe_load(yaml.safe_dump(manifest)) == manifest
+
+
+def test_disk_free_in_the_status_moves_only_in_steps_of_one_percent() -> None:
+    worker = {"dirs": [{"path": "/data", "online": True, "disk": {"freeBytes": 1_000_000}}]}
+    first = conditions.volume_figures(worker)
+    assert first["diskFreeBytes"] == 1_000_000
+    # Another tenant's writes move the figure a little: the status keeps what it shows.
+    worker["dirs"][0]["disk"]["freeBytes"] = 990_001
+    assert conditions.volume_figures(worker, shown=first)["diskFreeBytes"] == 1_000_000
+    # A move of 1% or more is shown, up or down.
+    worker["dirs"][0]["disk"]["freeBytes"] = 990_000
+    assert conditions.volume_figures(worker, shown=first)["diskFreeBytes"] == 990_000
+    worker["dirs"][0]["disk"]["freeBytes"] = 1_010_000
+    assert conditions.volume_figures(worker, shown=first)["diskFreeBytes"] == 1_010_000
+    # A full disk is always shown as it is, and a worker that lost its figure shows none.
+    worker["dirs"][0]["disk"]["freeBytes"] = 0
+    assert conditions.volume_figures(worker, shown=first)["diskFreeBytes"] == 0
+    assert conditions.settled_disk_free(0, 5) == 5
+    assert conditions.settled_disk_free(1_000_000, None) is None
