@@ -23,15 +23,22 @@ fi
 if [[ ",${extras}," == *",dev,"* ]] && [ ! -x .venv/bin/helm ]; then
   .venv/bin/python scripts/install_helm.py .venv/bin/helm >&2
 fi
-# kcat (Debian's librdkafka command-line client) for the Kafka port tests (dev only).
-if [[ ",${extras}," == *",dev,"* ]] && ! command -v kcat >/dev/null 2>&1; then
-  sudo_=""
+# Debian packages for the tests (dev only): kcat (librdkafka's command-line client) for the Kafka
+# port tests; prometheus for promtool, which checks and unit-tests the chart's alert rules (only
+# the promtool binary is used; no Prometheus server is started).
+apt_tool() {  # apt_tool COMMAND PACKAGE
+  command -v "$1" >/dev/null 2>&1 && return 0
+  local sudo_=""
   if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then sudo_="sudo -n"; fi
-  if ! $sudo_ apt-get install -y -q kcat >/dev/null 2>&1; then
+  if ! $sudo_ apt-get install -y -q --no-install-recommends "$2" >/dev/null 2>&1; then
     $sudo_ apt-get update -q >/dev/null 2>&1 || true
-    $sudo_ apt-get install -y -q kcat >/dev/null 2>&1 \
-      || echo "setup: could not install kcat (apt-get); its tests will be skipped" >&2
+    $sudo_ apt-get install -y -q --no-install-recommends "$2" >/dev/null 2>&1 \
+      || echo "setup: could not install $2 (apt-get); the tests that need $1 say so" >&2
   fi
+}
+if [[ ",${extras}," == *",dev,"* ]]; then
+  apt_tool kcat kcat
+  apt_tool promtool prometheus
 fi
 # Apache Kafka 4.3.1 (broker and Java client) for the differential tests (dev only): resolved
 # from Maven Central into ~/.m2 by tests/kafka_support/pom.xml, the tests' Java program

@@ -9,6 +9,7 @@ the logs and the cleaner. One registry per worker, so tests can run several.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -68,7 +69,17 @@ class WorkerCollector(Collector):
         manager, cleaner = worker.log_manager, worker.cleaner
         if manager is None or cleaner is None:
             return
+        yield from self._dirs(worker)
         yield from self._logs(worker)
+        window = GaugeMetricFamily(
+            f"{PREFIX}_compaction_window_open",
+            "1 while the settings' compaction windows let the cleaner run",
+        )
+        window.add_metric(
+            [],
+            1.0 if worker.settings.compaction_windows.is_open(worker.clock.milliseconds()) else 0.0,
+        )
+        yield window
         totals = cleaner.totals
         for name, help_text, value in (
             ("cleaner_runs", "Cleaning rounds completed", totals.rounds),
@@ -136,6 +147,36 @@ class WorkerCollector(Collector):
         yield unclean_parts
         yield unclean_bytes
 
+    def _dirs(self, worker: Worker) -> Iterator[Metric]:
+        """Per data directory: online, and the filesystem's capacity and free bytes (one statvfs
+        each; an offline directory reports no disk figures)."""
+        manager = worker.log_manager
+        assert manager is not None
+        labels = ["dir"]
+        online = GaugeMetricFamily(
+            f"{PREFIX}_dir_online", "1 while the data directory serves", labels=labels
+        )
+        capacity = GaugeMetricFamily(
+            f"{PREFIX}_dir_capacity_bytes", "Size of the directory's filesystem", labels=labels
+        )
+        free = GaugeMetricFamily(
+            f"{PREFIX}_dir_free_bytes",
+            "Free bytes of the directory's filesystem (for unprivileged writers)",
+            labels=labels,
+        )
+        for path in manager.log_dirs:
+            is_online = path in manager.online_dirs
+            online.add_metric([str(path)], 1.0 if is_online else 0.0)
+            if not is_online:
+                continue
+            try:
+                disk = shutil.disk_usage(path)
+            except OSError:
+                continue
+            capacity.add_metric([str(path)], float(disk.total))
+            free.add_metric([str(path)], float(disk.free))
+        yield from (online, capacity, free)
+
     def _logs(self, worker: Worker) -> Iterator[Metric]:
         manager, cleaner = worker.log_manager, worker.cleaner
         assert manager is not None and cleaner is not None
@@ -157,6 +198,26 @@ class WorkerCollector(Collector):
             "offline": GaugeMetricFamily(
                 f"{PREFIX}_log_offline", "1 when the log's directory is offline", labels=labels
             ),
+            "min_dirty": GaugeMetricFamily(
+                f"{PREFIX}_log_min_cleanable_dirty_ratio",
+                "The topic's min.cleanable.dirty.ratio (compacted logs)",
+                labels=labels,
+            ),
+            "cleaning_paused": GaugeMetricFamily(
+                f"{PREFIX}_log_cleaning_paused",
+                "1 while cleaning of the log is paused (annotation, admin verb or deletion)",
+                labels=labels,
+            ),
+            "retention_paused": GaugeMetricFamily(
+                f"{PREFIX}_log_retention_paused",
+                "1 while retention of the log is paused",
+                labels=labels,
+            ),
+            "retention_due": GaugeMetricFamily(
+                f"{PREFIX}_log_retention_due_bytes",
+                "Bytes of segments that retention would delete now",
+                labels=labels,
+            ),
         }
         now = worker.clock.milliseconds()
         checkpoints = cleaner.manager.all_checkpoints()
@@ -169,11 +230,21 @@ class WorkerCollector(Collector):
             families["segments"].add_metric(values, len(log.segments))
             families["start"].add_metric(values, log.log_start_offset)
             families["end"].add_metric(values, log.log_end_offset)
+            controls = worker.controls_for(tp.topic)
+            _, paused = cleaner.manager.state(tp)
+            families["cleaning_paused"].add_metric(
+                values, 1.0 if controls.pause_cleaning or paused else 0.0
+            )
+            families["retention_paused"].add_metric(
+                values, 1.0 if controls.pause_retention else 0.0
+            )
+            families["retention_due"].add_metric(values, log.plan_retention(now).deleted_bytes)
             if log.config.compact:
                 offsets = cleanable_offsets(log, checkpoints.get(tp), now)
                 families["dirty"].add_metric(
                     values, log_to_clean(log, offsets, now).cleanable_ratio
                 )
+                families["min_dirty"].add_metric(values, log.config.min_cleanable_dirty_ratio)
         yield from families.values()
 
 
