@@ -3,7 +3,8 @@
 Annotations (value ``"true"`` sets, anything else or absence clears; DESIGN.md):
 ``logkeeper.io/pause-cleaning`` and ``logkeeper.io/pause-retention`` on a Topic (that topic) or
 on the StorageVolume (every topic); ``logkeeper.io/compact-now``: any new value asks for one
-cleaning pass regardless of the dirty ratio. The admin API holds its own pauses (per topic and
+cleaning pass regardless of the dirty ratio; ``logkeeper.io/retry-uncleanable``: any new value
+retries the uncleanable partitions at once. The admin API holds its own pauses (per topic and
 for the volume). A log is paused while any hold is in force, as Kafka's nested pause counts:
 resuming through the API does not override an annotation that still says pause, and removing
 the annotation does not override an API pause.
@@ -18,6 +19,7 @@ from typing import Final
 PAUSE_CLEANING: Final = "logkeeper.io/pause-cleaning"
 PAUSE_RETENTION: Final = "logkeeper.io/pause-retention"
 COMPACT_NOW: Final = "logkeeper.io/compact-now"
+RETRY_UNCLEANABLE: Final = "logkeeper.io/retry-uncleanable"
 VERBS: Final = ("pause-cleaning", "resume-cleaning", "pause-retention", "resume-retention")
 
 
@@ -25,9 +27,10 @@ def is_true(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
-def compact_now_token(annotations: Mapping[str, str]) -> str | None:
-    """The compact-now request carried by the annotations: None when absent or "false"."""
-    value = annotations.get(COMPACT_NOW)
+def request_token(annotations: Mapping[str, str], key: str = COMPACT_NOW) -> str | None:
+    """The request a one-shot annotation (compact-now, retry-uncleanable) carries: None when
+    absent, empty or "false"; any other value asks once per new value."""
+    value = annotations.get(key)
     if value is None or value.strip() == "" or value.strip().lower() == "false":
         return None
     return value

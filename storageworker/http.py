@@ -5,7 +5,12 @@
     GET  /metrics                      Prometheus text exposition
     GET  /v1/status                    the status document (storageworker.status)
     POST /v1/volume/<verb>             verb: pause-cleaning, resume-cleaning, pause-retention,
-    POST /v1/topics/<topic>/<verb>           resume-retention, compact-now
+    POST /v1/topics/<topic>/<verb>           resume-retention, compact-now, retry-uncleanable
+
+Every verb answers with where it left each partition it touched: pauses and resumes with the
+cleaner state (``LogCleaningPaused`` once a running clean has stopped), compact-now with each
+request's outcome (``nothing-to-clean`` and ``refused`` at once, else ``pending`` until status
+shows it ``done``, ``aborted`` or ``failed``), retry-uncleanable with the partitions it retries.
 
 Admin calls (the POSTs) need ``Authorization: Bearer <token>`` when a token file is
 configured; without one they are accepted from loopback clients only. Handlers are thin: they
@@ -29,7 +34,7 @@ from storageworker.controls import VERBS
 from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
-ADMIN_VERBS = (*VERBS, "compact-now")
+ADMIN_VERBS = (*VERBS, "compact-now", "retry-uncleanable")
 
 
 def read_token(path: str | None) -> str | None:
@@ -114,14 +119,42 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(503, {"error": f"worker is {worker.state}"})
             return
         try:
+            if topic is not None and topic not in worker.topics:
+                raise ConfigError(f"unknown topic {topic!r}")
             if verb == "compact-now":
-                if topic is not None and topic not in worker.topics:
-                    raise ConfigError(f"unknown topic {topic!r}")
-                chosen = worker.compact_now(topic)
-                self._json(200, {"ok": True, "requested": [str(tp) for tp in chosen]})
+                asked = worker.compact_now(topic)
+                self._json(
+                    200,
+                    {
+                        "ok": True,
+                        "verb": verb,
+                        "topic": topic,
+                        "requested": [str(tp) for tp in asked],
+                        "partitions": {str(tp): r.as_dict() for tp, r in asked.items()},
+                    },
+                )
+            elif verb == "retry-uncleanable":
+                retried = worker.retry_uncleanable(topic)
+                self._json(
+                    200,
+                    {
+                        "ok": True,
+                        "verb": verb,
+                        "topic": topic,
+                        "retried": [str(tp) for tp in retried],
+                    },
+                )
             else:
                 worker.control(verb, topic)
-                self._json(200, {"ok": True, "verb": verb, "topic": topic})
+                self._json(
+                    200,
+                    {
+                        "ok": True,
+                        "verb": verb,
+                        "topic": topic,
+                        "partitions": worker.control_states(topic),
+                    },
+                )
         except ConfigError as exc:
             self._json(404, {"error": str(exc)})
         logger.info("Admin call %s on %s", verb, topic or "the volume")

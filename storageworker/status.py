@@ -42,6 +42,8 @@ def partition_status(
     tp = log.tp
     state, paused = cleaner.manager.state(tp)
     controls = worker.controls_for(tp.topic)
+    request = cleaner.manager.compaction_outcomes.get(tp)
+    mark = cleaner.manager.uncleanable_marks.get(tp)
     entry: dict[str, Any] = {
         "topic": tp.topic,
         "partition": tp.partition,
@@ -59,8 +61,10 @@ def partition_status(
         "pausedRetention": controls.pause_retention,
         "pauseReasons": list(controls.reasons),
         "compactNowPending": tp in cleaner.manager.compaction_requests,
-        "uncleanable": tp in cleaner.manager.uncleanable,
-        "uncleanableReason": cleaner.manager.uncleanable.get(tp),
+        "compactNow": request.as_dict() if request is not None else None,
+        "uncleanable": mark is not None,
+        "uncleanableReason": mark.reason if mark is not None else None,
+        "uncleanableMark": mark.as_dict() if mark is not None else None,
         "lastCleanMs": cleaner.last_clean_ms.get(tp),
         "lastClean": None,
         "dirtyRatio": None,

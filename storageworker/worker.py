@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from storagecore import pins
+from storagecore.cleaner.compaction_request import CompactionRequest
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.cleaner.manager import CleaningState
 from storagecore.clock import Clock, SystemClock
@@ -35,10 +36,12 @@ from storagecore.config import LogConfig, TopicPartition, TopicSpec
 from storagecore.errors import ConfigError, StorageError
 from storagecore.log_manager import LogManager
 from storageworker.controls import (
+    COMPACT_NOW,
+    RETRY_UNCLEANABLE,
     VOLUME,
     ApiHolds,
     TopicControls,
-    compact_now_token,
+    request_token,
     topic_controls,
 )
 from storageworker.scheduler import Scheduler
@@ -105,7 +108,8 @@ class Worker:
         for name, spec in self.internal_topics.items():
             self.topics.setdefault(name, spec)  # even when the topic file is broken
         self.holds = ApiHolds()
-        self._compact_now_seen: dict[str, str] = {}
+        # Per request annotation: the value last acted on, per scope (a topic, or VOLUME).
+        self._tokens_seen: dict[str, dict[str, str]] = {}
         self._paused_cleaning: set[TopicPartition] = set()
         self.orphans: list[str] = []
         self.extra_partitions: list[str] = []
@@ -398,7 +402,7 @@ class Worker:
             # stops at its next check and leaves no files. If it takes longer than the wait,
             # the pause still lands when it stops (done_cleaning turns Aborted into Paused).
             try:
-                cleaner.manager.abort_and_pause(tp, PAUSE_WAIT_S)
+                cleaner.manager.abort_and_pause(tp, PAUSE_WAIT_S, self.clock.milliseconds())
             except TimeoutError as exc:
                 logger.warning("Pausing cleaning of %s: %s; it pauses when it stops", tp, exc)
             self._paused_cleaning.add(tp)
@@ -411,35 +415,77 @@ class Worker:
             if state is CleaningState.PAUSED and tp in manager.logs:
                 cleaner.manager.resume(tp)
                 logger.info("Cleaning of %s resumed", tp)
-        # compact-now: a value not seen before asks for one pass (topic or volume-wide).
+        # compact-now and retry-uncleanable: a value not seen before asks once (topic or
+        # volume-wide).
         scopes = [("", self.volume.annotations)]
         scopes += [(name, spec.annotations) for name, spec in topics.items()]
-        for scope, scope_annotations in scopes:
-            token = compact_now_token(scope_annotations)
-            key = scope or VOLUME
-            if token is None:
-                self._compact_now_seen.pop(key, None)
-                continue
-            if self._compact_now_seen.get(key) == token:
-                continue
-            self._compact_now_seen[key] = token
-            self.compact_now(None if scope == "" else scope)
+        for annotation, act in (
+            (COMPACT_NOW, self.compact_now),
+            (RETRY_UNCLEANABLE, self.retry_uncleanable),
+        ):
+            seen = self._tokens_seen.setdefault(annotation, {})
+            for scope, scope_annotations in scopes:
+                token = request_token(scope_annotations, annotation)
+                key = scope or VOLUME
+                if token is None:
+                    seen.pop(key, None)
+                    continue
+                if seen.get(key) == token:
+                    continue
+                seen[key] = token
+                act(None if scope == "" else scope)
 
     # -- admin verbs ---------------------------------------------------------------------------
-    def compact_now(self, topic: str | None) -> list[TopicPartition]:
+    def compact_now(self, topic: str | None) -> dict[TopicPartition, CompactionRequest]:
         """Ask for one cleaning pass of every compacted partition of ``topic`` (None: all),
-        whatever its dirty ratio; the cleaner threads serve it next."""
+        whatever its dirty ratio. Each request is decided at once where it can be (refused, or
+        nothing to clean) and otherwise pending until the cleaner threads end it."""
         manager, cleaner = self.started_parts()
-        chosen = [
-            tp
-            for tp, log in manager.logs.items()
+        now = self.clock.milliseconds()
+        asked = {
+            tp: cleaner.manager.ask_compaction(log, now)
+            for tp, log in sorted(manager.logs.items())
             if (topic is None or tp.topic == topic) and log.config.compact
+        }
+        for tp, request in asked.items():
+            logger.info(
+                "Compaction requested for %s: %s %s", tp, request.outcome.value, request.detail
+            )
+        return asked
+
+    def retry_uncleanable(self, topic: str | None) -> list[TopicPartition]:
+        """Retry the uncleanable partitions of ``topic`` (None: all) at the next selection; each
+        keeps its mark and reason until its retry succeeds."""
+        manager, cleaner = self.started_parts()
+        now = self.clock.milliseconds()
+        retried = [
+            tp
+            for tp in sorted(cleaner.manager.uncleanable)
+            if (topic is None or tp.topic == topic)
+            and tp in manager.logs
+            and cleaner.manager.retry_uncleanable(tp, now)
         ]
-        for tp in chosen:
-            cleaner.manager.request_compaction(tp)
-        if chosen:
-            logger.info("Compaction requested for %s", ", ".join(str(tp) for tp in chosen))
-        return chosen
+        if retried:
+            logger.info("Retrying uncleanable %s", ", ".join(str(tp) for tp in retried))
+        return retried
+
+    def control_states(self, topic: str | None) -> dict[str, dict[str, Any]]:
+        """Where the pause verbs left each partition of ``topic`` (None: all): the cleaner's
+        state as status shows it (``LogCleaningPaused`` once a running clean stopped,
+        ``LogCleaningAborted`` while it stops) and whether cleaning and retention are held."""
+        manager, cleaner = self.started_parts()
+        result: dict[str, dict[str, Any]] = {}
+        for tp in sorted(manager.logs):
+            if topic is not None and tp.topic != topic:
+                continue
+            state, _ = cleaner.manager.state(tp)
+            controls = self.controls_for(tp.topic)
+            result[str(tp)] = {
+                "cleanerState": state.value if state is not None else "idle",
+                "pausedCleaning": controls.pause_cleaning,
+                "pausedRetention": controls.pause_retention,
+            }
+        return result
 
     def control(self, verb: str, topic: str | None) -> None:
         """An admin API pause or resume, for ``topic`` or (None) the whole volume."""

@@ -66,7 +66,8 @@ def selector(volume_name: str) -> dict[str, str]:
 #: The annotations the worker acts on; no other (kubectl's last-applied configuration, kopf's
 #: own state) goes into the ConfigMap, which would change it on every pass.
 WORKER_ANNOTATIONS: Final = frozenset(
-    f"{ANNOTATION_PREFIX}{name}" for name in ("pause-cleaning", "pause-retention", "compact-now")
+    f"{ANNOTATION_PREFIX}{name}"
+    for name in ("pause-cleaning", "pause-retention", "compact-now", "retry-uncleanable")
 )
 
 

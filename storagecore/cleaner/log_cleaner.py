@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from storagecore.cleaner.cleaner import Cleaner, CleanRequest
+from storagecore.cleaner.compaction_request import Outcome
 from storagecore.cleaner.manager import (
     CleaningAbortedError,
     LogCleanerManager,
@@ -189,8 +190,8 @@ class LogCleaner:
         log = self.log_manager.find_log(tp)
         if log is None or log.offline:
             return None
-        self.manager.request_compaction(tp)
         now = self.clock.milliseconds()
+        self.manager.request_compaction(tp, now)
         chosen = self.manager.grab_filthiest_log([log], now)
         if chosen is None:
             self.manager.cancel_compaction_request(tp)  # nothing to do: do not leave it pending
@@ -214,6 +215,7 @@ class LogCleaner:
                 end_offset=stats.end_offset,
                 first_uncleanable_offset=to_clean.first_uncleanable_offset,
                 next_delete_horizon_ms=stats.next_delete_horizon_ms,
+                now_ms=self.clock.milliseconds(),
             )
             logger.info("%s", stats.stats_line(cleaner.thread_id))
             if to_clean.needs_compaction_now:
@@ -236,6 +238,9 @@ class LogCleaner:
             return stats
         except CleaningAbortedError:
             logger.info("Cleaning of %s was aborted", tp)
+            self.manager.finish_request(
+                tp, Outcome.ABORTED, self.clock.milliseconds(), "the round was aborted"
+            )
             with self._lock:
                 self.totals.aborted += 1
             return None
@@ -248,7 +253,9 @@ class LogCleaner:
             return None
         except Exception as exc:
             logger.exception("Cleaning of %s failed; marking it uncleanable", tp)
-            self.manager.mark_uncleanable(tp, f"{type(exc).__name__}: {exc}")
+            self.manager.mark_uncleanable(
+                tp, f"{type(exc).__name__}: {exc}", self.clock.milliseconds()
+            )
             with self._lock:
                 self.totals.failed += 1
             return None
@@ -297,7 +304,9 @@ class LogCleaner:
                 except Exception as exc:
                     logger.exception("Retention of %s failed; marking it uncleanable", log.tp)
                     self.manager.mark_uncleanable(
-                        log.tp, f"retention failed: {type(exc).__name__}: {exc}"
+                        log.tp,
+                        f"retention failed: {type(exc).__name__}: {exc}",
+                        self.clock.milliseconds(),
                     )
                     continue
                 if plan.deletions:
@@ -339,7 +348,7 @@ class LogCleaner:
             if log.config.compact and (tps is None or log.tp in tps)
         ]
         for log in logs:
-            self.manager.request_compaction(log.tp)
+            self.manager.request_compaction(log.tp, self.clock.milliseconds())
         done: list[CleanerStats] = []
         while (stats := self.clean_filthiest()) is not None:
             done.append(stats)

@@ -21,8 +21,9 @@ Transitions (Kafka's, including its IllegalStateException cases as AssertionErro
 moved it to PAUSED(1); PAUSED(n) → PAUSED(n+1). ``resume``: PAUSED(1) → none; PAUSED(n) →
 PAUSED(n-1). ``done_cleaning``: IN_PROGRESS → none and checkpoint written; ABORTED → PAUSED(1).
 
-Unlike Kafka, an uncleanable partition keeps the reason it was marked with, and can be cleared
-without a restart (:meth:`LogCleanerManager.clear_uncleanable`, KAFKA-19895).
+Unlike Kafka, an uncleanable partition keeps the reason it was marked with and is retried with
+backoff, or at once on request, without a restart (:mod:`.uncleanable`, KAFKA-19895); and every
+compact-now request ends in an outcome that status shows (:mod:`.compaction_request`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from pathlib import Path
 
 from storagecore import files
 from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore.cleaner.compaction_request import CompactionRequest, Outcome
+from storagecore.cleaner.uncleanable import UncleanableMark
 from storagecore.config import LONG_MAX, TopicPartition
 from storagecore.errors import CorruptCheckpointError, StorageError
 from storagecore.log import Log
@@ -209,7 +212,7 @@ class LogCleanerManager:
     def __init__(self, log_dirs: Iterable[Path]) -> None:
         self._lock = threading.Condition()
         self._states: dict[TopicPartition, _Entry] = {}
-        self._uncleanable: dict[TopicPartition, str] = {}
+        self._uncleanable: dict[TopicPartition, UncleanableMark] = {}
         self._checkpoints = {
             Path(d): OffsetCheckpointFile(Path(d) / files.CLEANER_OFFSET_CHECKPOINT)
             for d in log_dirs
@@ -217,8 +220,10 @@ class LogCleanerManager:
         self.time_of_last_run_ms = 0
         self.last_pre_clean_stats = PreCleanStats(0.0, 0, 0, 0)
         # compact-now requests: cleaned regardless of the dirty ratio until a round reaches the
-        # first uncleanable offset.
+        # first uncleanable offset (the pending ones); the latest request of each partition with
+        # its outcome, for status.
         self._forced: set[TopicPartition] = set()
+        self._requests: dict[TopicPartition, CompactionRequest] = {}
         # Earliest delete horizon of the tombstones/markers a log still holds (as its last
         # clean saw them): once passed, the log is cleaned even with nothing new dirty.
         self._horizons: dict[TopicPartition, int] = {}
@@ -278,11 +283,12 @@ class LogCleanerManager:
             checkpoints = self.all_checkpoints()
             candidates: list[LogToClean] = []
             for log in logs:
+                mark = self._uncleanable.get(log.tp)
                 if (
                     not log.config.compact
                     or log.offline
                     or log.tp in self._states
-                    or log.tp in self._uncleanable
+                    or (mark is not None and now_ms < mark.retry_at_ms)
                 ):
                     continue
                 offsets = cleanable_offsets(log, checkpoints.get(log.tp), now_ms)
@@ -295,6 +301,10 @@ class LogCleanerManager:
                 candidate = log_to_clean(log, offsets, now_ms)
                 if candidate.total_bytes > 0:
                     candidates.append(candidate)
+                if log.tp in self._forced and candidate.cleanable_bytes == 0:
+                    self._finish_request(
+                        log.tp, Outcome.NOTHING_TO_CLEAN, now_ms, _nothing_to_clean(candidate)
+                    )
             delayed = [c for c in candidates if c.needs_compaction_now]
             self.last_pre_clean_stats = PreCleanStats(
                 max_dirty_percent=100 * max((c.cleanable_ratio for c in candidates), default=0.0),
@@ -333,19 +343,80 @@ class LogCleanerManager:
             self._states[chosen.tp] = _Entry(CleaningState.IN_PROGRESS)
             return chosen
 
-    def request_compaction(self, tp: TopicPartition) -> None:
+    def request_compaction(self, tp: TopicPartition, now_ms: int = 0) -> None:
         """compact-now: clean ``tp`` at the next selection whatever its dirty ratio."""
         with self._lock:
             self._forced.add(tp)
+            self._requests[tp] = CompactionRequest(now_ms)
+
+    def ask_compaction(self, log: Log, now_ms: int) -> CompactionRequest:
+        """compact-now for the admin verb and the annotation: decided at once where it can be
+        (refused, or nothing to clean), otherwise pending until a round ends it."""
+        tp = log.tp
+        with self._lock:
+            entry, mark = self._states.get(tp), self._uncleanable.get(tp)
+            refusal = (
+                "the topic is not compacted"
+                if not log.config.compact
+                else "its log directory is offline"
+                if log.offline
+                else "cleaning is paused"
+                if entry is not None and entry.state is not CleaningState.IN_PROGRESS
+                else f"it is uncleanable ({mark.reason}); retry-uncleanable asks for a retry"
+                if mark is not None
+                else None
+            )
+            request = CompactionRequest(now_ms)
+            if refusal is not None:
+                request = request.finish(Outcome.REFUSED, now_ms, refusal)
+            elif entry is None:
+                offsets = cleanable_offsets(log, self.all_checkpoints().get(tp), now_ms)
+                candidate = log_to_clean(log, offsets, now_ms)
+                if candidate.cleanable_bytes == 0:
+                    request = request.finish(
+                        Outcome.NOTHING_TO_CLEAN, now_ms, _nothing_to_clean(candidate)
+                    )
+            self._requests[tp] = request
+            if request.outcome is Outcome.PENDING:
+                self._forced.add(tp)
+            else:
+                self._forced.discard(tp)
+            return request
 
     def cancel_compaction_request(self, tp: TopicPartition) -> None:
+        """Forget a request still pending (``logkeeper clean``'s own requests)."""
         with self._lock:
             self._forced.discard(tp)
+            request = self._requests.get(tp)
+            if request is not None and not request.outcome.terminal:
+                del self._requests[tp]
+
+    def finish_request(
+        self, tp: TopicPartition, outcome: Outcome, now_ms: int, detail: str
+    ) -> None:
+        """End ``tp``'s pending request (a round was aborted or failed)."""
+        with self._lock:
+            self._finish_request(tp, outcome, now_ms, detail)
+
+    def _finish_request(
+        self, tp: TopicPartition, outcome: Outcome, now_ms: int, detail: str
+    ) -> None:
+        self._forced.discard(tp)
+        request = self._requests.get(tp)
+        if request is not None and not request.outcome.terminal:
+            self._requests[tp] = request.finish(outcome, now_ms, detail)
 
     @property
     def compaction_requests(self) -> set[TopicPartition]:
+        """The partitions with a pending request."""
         with self._lock:
             return set(self._forced)
+
+    @property
+    def compaction_outcomes(self) -> dict[TopicPartition, CompactionRequest]:
+        """The latest request of each partition and what became of it."""
+        with self._lock:
+            return dict(self._requests)
 
     def record_round(
         self,
@@ -354,12 +425,16 @@ class LogCleanerManager:
         end_offset: int,
         first_uncleanable_offset: int,
         next_delete_horizon_ms: int | None,
+        now_ms: int = 0,
     ) -> None:
         """What a finished round means for later selections: a compact-now request is served
-        once the dirty range was covered; the earliest horizon still pending is remembered."""
+        once the dirty range was covered; the earliest horizon still pending is remembered; an
+        uncleanable mark is cleared, as the retry succeeded."""
         with self._lock:
+            if self._uncleanable.pop(tp, None) is not None:
+                logger.info("%s is cleanable again: a retry succeeded", tp)
             if end_offset >= first_uncleanable_offset:
-                self._forced.discard(tp)
+                self._finish_request(tp, Outcome.DONE, now_ms, f"cleaned up to offset {end_offset}")
             if next_delete_horizon_ms is None:
                 self._horizons.pop(tp, None)
             else:
@@ -421,6 +496,7 @@ class LogCleanerManager:
         with self._lock:
             self._uncleanable.pop(tp, None)
             self._forced.discard(tp)
+            self._requests.pop(tp, None)
             self._horizons.pop(tp, None)
 
     def maintain(self, live: Iterable[TopicPartition]) -> None:
@@ -430,6 +506,8 @@ class LogCleanerManager:
             for tp in [tp for tp in self._uncleanable if tp not in keep]:
                 del self._uncleanable[tp]
             self._forced &= keep
+            for tp in [tp for tp in self._requests if tp not in keep]:
+                del self._requests[tp]
             for tp in [tp for tp in self._horizons if tp not in keep]:
                 del self._horizons[tp]
 
@@ -439,8 +517,11 @@ class LogCleanerManager:
             entry = self._states.get(tp)
             return (None, 0) if entry is None else (entry.state, entry.paused)
 
-    def abort_and_pause(self, tp: TopicPartition, timeout_s: float | None = None) -> None:
+    def abort_and_pause(
+        self, tp: TopicPartition, timeout_s: float | None = None, now_ms: int = 0
+    ) -> None:
         with self._lock:
+            self._finish_request(tp, Outcome.ABORTED, now_ms, "cleaning was paused")
             entry = self._states.get(tp)
             if entry is None:
                 self._states[tp] = _Entry(CleaningState.PAUSED, 1)
@@ -504,16 +585,57 @@ class LogCleanerManager:
                 raise AssertionError(f"{tp}: done_cleaning in state {entry.state}")
 
     # -- uncleanable partitions ----------------------------------------------------------------
-    def mark_uncleanable(self, tp: TopicPartition, reason: str) -> None:
+    def mark_uncleanable(self, tp: TopicPartition, reason: str, now_ms: int) -> None:
+        """A clean (or the cleaner's retention) of ``tp`` failed: mark it, or move its next
+        retry further out; a pending compact-now request fails with the reason."""
         with self._lock:
-            logger.error("%s is uncleanable: %s", tp, reason)
-            self._uncleanable[tp] = reason
+            mark = self._uncleanable.get(tp)
+            mark = (
+                UncleanableMark.first(reason, now_ms)
+                if mark is None
+                else mark.failed_again(reason, now_ms)
+            )
+            self._uncleanable[tp] = mark
+            logger.error(
+                "%s is uncleanable (attempt %d, next retry at %d ms): %s",
+                tp,
+                mark.attempts,
+                mark.retry_at_ms,
+                reason,
+            )
+            self._finish_request(tp, Outcome.FAILED, now_ms, reason)
+
+    def retry_uncleanable(self, tp: TopicPartition, now_ms: int) -> bool:
+        """Retry an uncleanable partition at the next selection, whatever its dirty ratio; the
+        mark and its reason stay until that retry succeeds. False when ``tp`` is not marked."""
+        with self._lock:
+            mark = self._uncleanable.get(tp)
+            if mark is None:
+                return False
+            self._uncleanable[tp] = mark.retry_now(now_ms)
+            self._forced.add(tp)
+            self._requests[tp] = CompactionRequest(now_ms)
+            return True
 
     def clear_uncleanable(self, tp: TopicPartition) -> bool:
+        """Drop the mark without a retry (``logkeeper clean`` and tests)."""
         with self._lock:
             return self._uncleanable.pop(tp, None) is not None
 
     @property
     def uncleanable(self) -> dict[TopicPartition, str]:
+        """Uncleanable partitions and why."""
+        with self._lock:
+            return {tp: mark.reason for tp, mark in self._uncleanable.items()}
+
+    @property
+    def uncleanable_marks(self) -> dict[TopicPartition, UncleanableMark]:
         with self._lock:
             return dict(self._uncleanable)
+
+
+def _nothing_to_clean(candidate: LogToClean) -> str:
+    return (
+        f"nothing to clean: no dirty bytes in [{candidate.first_dirty_offset}, "
+        f"{candidate.first_uncleanable_offset}) (the active segment is never cleaned)"
+    )

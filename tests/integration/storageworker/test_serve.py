@@ -269,16 +269,30 @@ def test_pause_resume_and_compact_now_over_http(root: Path) -> None:
         entry = served.partition("profiles-0")
         assert entry["pausedCleaning"] and entry["cleanerState"] == "LogCleaningPaused"
         assert entry["pauseReasons"] == ["cleaning paused: admin API, topic"]
-        assert served.post("/v1/topics/profiles/compact-now")["requested"] == ["profiles-0"]
-        time.sleep(1.0)  # ten cleaner backoffs: a paused log is not cleaned
+        assert paused["partitions"]["profiles-0"]["cleanerState"] == "LogCleaningPaused"
+        # compact-now on a paused partition ends at once: refused, with the reason.
+        refused = served.post("/v1/topics/profiles/compact-now")
+        assert refused["requested"] == ["profiles-0"]
+        outcome = refused["partitions"]["profiles-0"]
+        assert outcome["state"] == "refused" and outcome["detail"] == "cleaning is paused"
         entry = served.partition("profiles-0")
-        assert entry["lastClean"] is None and entry["compactNowPending"]
+        assert not entry["compactNowPending"] and entry["compactNow"]["state"] == "refused"
+        assert entry["lastClean"] is None
         assert segment_bytes(root, "profiles-0") == size_before
-        assert served.post("/v1/topics/profiles/resume-cleaning")["_code"] == 200
-        wait_for(lambda: served.partition("profiles-0")["lastClean"] is not None, "a clean")
+        resumed = served.post("/v1/topics/profiles/resume-cleaning")
+        assert resumed["partitions"]["profiles-0"]["cleanerState"] == "idle"
+        # Below min.cleanable.dirty.ratio (LAZY): only compact-now cleans it; it ends done.
+        asked = served.post("/v1/topics/profiles/compact-now")["partitions"]["profiles-0"]
+        assert asked["state"] in ("pending", "done")
+        wait_for(lambda: served.partition("profiles-0")["compactNow"]["state"] == "done", "done")
         entry = served.partition("profiles-0")
         assert not entry["pausedCleaning"] and not entry["compactNowPending"]
         assert entry["lastClean"]["messages_written"] <= len(latest) + 50
+        assert entry["compactNow"]["detail"].startswith("cleaned up to offset ")
+        # Once clean, another compact-now has nothing to clean and says so at once.
+        again = served.post("/v1/topics/profiles/compact-now")["partitions"]["profiles-0"]
+        assert again["state"] == "nothing-to-clean", again
+        assert again["detail"].startswith("nothing to clean: no dirty bytes in [")
         after = served.metrics()
         assert after["logkeeper_cleaner_runs_total"] >= 1
         assert after["logkeeper_cleaner_records_removed_total"] >= 3000 - len(latest) - 50
@@ -433,6 +447,8 @@ def test_pausing_a_running_clean_aborts_it_safely_and_resume_reschedules(root: P
         assert served.post("/v1/topics/c/pause-cleaning")["_code"] == 200
         entry = served.partition("c-0")
         assert entry["cleanerState"] == "LogCleaningPaused" and entry["lastClean"] is None
+        # The pause ended the compact-now request: aborted, not left pending.
+        assert entry["compactNow"]["state"] == "aborted" and not entry["compactNowPending"]
         assert not cleaning()
         directory = root / "data" / "c-0"
         assert [p.name for p in directory.iterdir() if p.suffix in (".cleaned", ".swap")] == []
@@ -443,7 +459,9 @@ def test_pausing_a_running_clean_aborts_it_safely_and_resume_reschedules(root: P
             lambda: served.status()["settings"]["ioMaxBytesPerSecond"] is None, "settings reload"
         )
         assert served.post("/v1/topics/c/resume-cleaning")["_code"] == 200
-        wait_for(lambda: served.partition("c-0")["lastClean"] is not None, "the clean")
+        asked = served.post("/v1/topics/c/compact-now")["partitions"]["c-0"]
+        assert asked["state"] == "pending", asked
+        wait_for(lambda: served.partition("c-0")["compactNow"]["state"] == "done", "the clean")
         entry = served.partition("c-0")
         assert entry["cleanerState"] == "idle"
         # The whole dirty section in one round (groups the aborted round had already swapped

@@ -64,7 +64,7 @@ def test_grab_filthiest_ignores_uncleanable_and_in_progress(
     a = make_log(tmp_path, clock, "a")
     b = make_log(tmp_path, clock, "b")
     cm = manager(tmp_path)
-    cm.mark_uncleanable(a.tp, "corrupt batch at offset 3")
+    cm.mark_uncleanable(a.tp, "corrupt batch at offset 3", clock.milliseconds())
     first = cm.grab_filthiest_log([a, b], clock.milliseconds())
     assert first is not None and first.tp == b.tp
     assert (

@@ -13,7 +13,7 @@ from storageworker.controls import (
     PAUSE_CLEANING,
     PAUSE_RETENTION,
     ApiHolds,
-    compact_now_token,
+    request_token,
     topic_controls,
 )
 from storageworker.settings import WorkerSettings, load_settings, parse_settings
@@ -163,4 +163,4 @@ def test_pause_holds_combine_like_nested_pauses() -> None:
 )
 def test_compact_now_token(value: str | None, token: str | None) -> None:
     annotations = {} if value is None else {COMPACT_NOW: value}
-    assert compact_now_token(annotations) == token
+    assert request_token(annotations) == token

@@ -15,7 +15,7 @@ from storagecore import NewRecord, TopicPartition, build_batch, pins
 from storagecore.cleaner.manager import CleaningState
 from storagecore.clock import ManualClock
 from storagecore.errors import ConfigError
-from storageworker.controls import COMPACT_NOW, PAUSE_CLEANING, PAUSE_RETENTION
+from storageworker.controls import COMPACT_NOW, PAUSE_CLEANING, PAUSE_RETENTION, RETRY_UNCLEANABLE
 from storageworker.metrics import WorkerCollector
 from storageworker.status import volume_status
 from storageworker.worker import Worker
@@ -411,3 +411,57 @@ def test_status_reports_the_dedupe_buffer_requested_and_applied(setup: Setup) ->
     )
     assert volume_status(worker)["cleaner"]["dedupeBuffer"] == buffer
     assert live_maps() == {(1048560, 43690)}
+
+
+def test_an_uncleanable_partition_is_retried_by_backoff_by_annotation_and_by_verb(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean that fails marks the partition uncleanable with its reason; status shows the mark
+    and the failed compact-now; the cleaner retries after the backoff, at once on a new
+    retry-uncleanable annotation value or verb; the mark stays until a retry succeeds."""
+    from storagecore.cleaner.cleaner import Cleaner
+    from storagecore.cleaner.uncleanable import RETRY_INITIAL_MS
+
+    lazy = {**COMPACTED, "min.cleanable.dirty.ratio": 1.0}  # only forced rounds clean it
+    setup.declare(topic_yaml("c", 1, lazy))
+    worker = setup.start()
+    assert worker.cleaner is not None and worker.log_manager is not None
+    tp = TopicPartition("c", 0)
+    fill(worker, tp)
+    failures = iter([OSError(28, "No space left on device"), RuntimeError("still broken")])
+    real_clean = Cleaner.clean
+
+    def flaky_clean(self: Cleaner, *args: object, **kwargs: object) -> object:
+        failure = next(failures, None)
+        if failure is not None:
+            raise RuntimeError(f"injected: {failure}")
+        return real_clean(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Cleaner, "clean", flaky_clean)
+    asked = worker.compact_now("c")[tp]
+    assert asked.outcome.value == "pending"
+    assert worker.cleaner.clean_filthiest() is None  # the round failed
+    entry = next(p for p in volume_status(worker)["partitions"] if p["topic"] == "c")
+    assert entry["uncleanable"] and "No space left on device" in entry["uncleanableReason"]
+    assert entry["uncleanableMark"]["attempts"] == 1
+    assert entry["uncleanableMark"]["retryAtMs"] == START_MS + RETRY_INITIAL_MS
+    assert entry["compactNow"]["state"] == "failed"
+    # Before the backoff passed, nothing is retried; the annotation asks at once.
+    setup.clock.advance(1_000)
+    assert worker.cleaner.clean_filthiest() is None
+    assert worker.cleaner.manager.uncleanable_marks[tp].attempts == 1
+    setup.declare(topic_yaml("c", 1, lazy, annotations={RETRY_UNCLEANABLE: "1"}))
+    worker.reload()
+    assert worker.cleaner.clean_filthiest() is None  # retried, failed again
+    mark = worker.cleaner.manager.uncleanable_marks[tp]
+    assert mark.attempts == 2 and "still broken" in mark.reason
+    worker.reload()  # same value: no new retry
+    assert worker.cleaner.manager.uncleanable_marks[tp].retry_at_ms > setup.clock.milliseconds()
+    # The verb retries at once; this time the clean succeeds and the mark is gone.
+    assert worker.retry_uncleanable("c") == [tp]
+    stats = worker.cleaner.clean_filthiest()
+    assert stats is not None
+    entry = next(p for p in volume_status(worker)["partitions"] if p["topic"] == "c")
+    assert not entry["uncleanable"] and entry["uncleanableMark"] is None
+    assert entry["compactNow"]["state"] == "done"
+    assert worker.retry_uncleanable(None) == []
