@@ -273,7 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
             "Reconciles StorageVolume and Topic resources into per-volume workers and keeps "
             "their status (kopf). Uses the in-cluster service account, else the kubeconfig. "
             "Environment: LOGKEEPER_WORKER_IMAGE (the worker image), "
-            "LOGKEEPER_STATUS_INTERVAL_S (how often worker status is read, default 15)."
+            "LOGKEEPER_STATUS_INTERVAL_S (how often worker status is read, default 15), "
+            "LOGKEEPER_DELETE_WAIT_S (default 120), LOGKEEPER_NETWORK_POLICY_ENABLED (a "
+            "NetworkPolicy per worker, default true), "
+            "LOGKEEPER_NETWORK_POLICY_METRICS_NAMESPACES (comma-separated namespaces that may "
+            "reach the workers' HTTP port, default monitoring), LOGKEEPER_OPERATOR_NAMESPACE "
+            "and LOGKEEPER_OPERATOR_POD_LABELS (key=value,...: how the policies admit this "
+            "operator's pod)."
         ),
     )
     p.add_argument(
@@ -287,6 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="URL",
         help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve the operator's Prometheus metrics (/metrics) there, e.g. 0.0.0.0:9090 "
+        "(default: not served)",
     )
 
     p = sub.add_parser(
@@ -586,7 +599,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_operator(args: argparse.Namespace) -> int:
     from storageoperator.main import run
 
-    return run(args.namespace, liveness_endpoint=args.liveness)
+    return run(
+        args.namespace, liveness_endpoint=args.liveness, metrics_address=args.metrics_address
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -23,7 +23,8 @@ hands the cleaner keys to ``CleanerConfig``, whose fields copy Kafka's keys
 from storagecore.config.
 
 Unknown keys are errors that name the key; keys that only the operator uses (``size``,
-``storageClassName``, ``image``, ``resources``, ``monitoring``) are accepted and ignored.
+``storageClassName``, ``image``, ``resources``, ``monitoring``, ``kafka``: who may connect, a
+NetworkPolicy the operator renders) are accepted and ignored.
 Parsing is pure.
 """
 
@@ -46,7 +47,7 @@ from storagecore.errors import ConfigError
 from storageworker.windows import CompactionWindows
 
 OPERATOR_ONLY_KEYS: Final = frozenset(
-    {"size", "storageClassName", "image", "resources", "monitoring"}
+    {"size", "storageClassName", "image", "resources", "monitoring", "kafka"}
 )
 
 

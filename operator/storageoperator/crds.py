@@ -23,6 +23,11 @@ from storagecore.config import (
     LONG_MAX,
     TIMESTAMP_TYPES,
 )
+from storageoperator.network_policy import (
+    ALLOWED_NAMESPACES_MAX,
+    NAMESPACE_LENGTH_MAX,
+    NAMESPACE_PATTERN,
+)
 
 GROUP: Final = "logkeeper.io"
 VERSION: Final = "v1alpha1"
@@ -319,6 +324,29 @@ def storage_volume_crd() -> dict[str, Any]:
                         "type": "string",
                         "enum": ["plain", "json"],
                         "description": "Worker log lines.",
+                    },
+                },
+            },
+            "kafka": {
+                "type": "object",
+                "description": "Who reaches the worker's Kafka port.",
+                "properties": {
+                    "allowedNamespaces": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": ALLOWED_NAMESPACES_MAX,
+                        "x-kubernetes-list-type": "set",
+                        "description": "Namespaces whose pods may connect to the Kafka port "
+                        "(the worker's NetworkPolicy, when the operator renders them); "
+                        "default: the StorageVolume's own namespace only. List it too if its "
+                        "pods are clients.",
+                        "items": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": NAMESPACE_LENGTH_MAX,
+                            "pattern": NAMESPACE_PATTERN,
+                            "description": "A namespace name (RFC 1123 label).",
+                        },
                     },
                 },
             },

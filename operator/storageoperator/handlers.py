@@ -2,8 +2,9 @@
 :mod:`storageoperator.render` and :mod:`storageoperator.conditions`, and write only what differs
 (so that after convergence the operator makes no writes).
 
-* StorageVolume created/changed/resumed → its ConfigMap, StatefulSet, Service (and
-  ServiceMonitor) created or patched, owned by the volume. With
+* StorageVolume created/changed/resumed → its ConfigMap, StatefulSet, Service, NetworkPolicy
+  (and ServiceMonitor) created or patched, owned by the volume; with NetworkPolicies turned
+  off in the operator's settings, the volume's own is deleted. With
   ``logkeeper.io/pause-reconciliation`` the children are left alone.
 * Topic created/changed/resumed → its volume's ConfigMap re-rendered (a paused Topic keeps its
   entry as it was). Topic deleted (a finalizer) → removed from the ConfigMap, so the worker
@@ -12,7 +13,8 @@
 * A timer per StorageVolume reads the worker's ``/v1/status`` (pod IP, port ``http``) and
   writes the volume's and its Topics' status and conditions.
 
-API calls go through :func:`retrying`: 409 and 5xx answers are retried with backoff.
+API calls go through :func:`retrying`: 409 and 5xx answers are retried with backoff. Every
+handler is wrapped in :func:`storageoperator.metrics.counted` (runs and errors).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from storageoperator import conditions, render
+from storageoperator import conditions, metrics, render
+from storageoperator.network_policy import NetworkPolicySettings, network_policy
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ IMAGE = os.environ.get("LOGKEEPER_WORKER_IMAGE", "ghcr.io/logkeeper/logkeeper:0.
 STATUS_INTERVAL_S = float(os.environ.get("LOGKEEPER_STATUS_INTERVAL_S", "15"))
 #: How long a Topic deletion waits for the worker to confirm before releasing the finalizer.
 DELETE_WAIT_S = float(os.environ.get("LOGKEEPER_DELETE_WAIT_S", "120"))
+NETWORK_POLICIES = NetworkPolicySettings.from_env()
 RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 RETRIES = 6
 
@@ -86,6 +90,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
+    if NETWORK_POLICIES.enabled and NETWORK_POLICIES.operator_namespace is None:
+        logger.warning(
+            "NetworkPolicies are on but the operator's namespace is unknown (not in a pod, "
+            "LOGKEEPER_OPERATOR_NAMESPACE unset): the workers' HTTP ports admit no operator "
+            "pod, only the metrics namespaces %s",
+            list(NETWORK_POLICIES.metrics_namespaces),
+        )
     try:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
@@ -102,6 +113,10 @@ def _core() -> kubernetes.client.CoreV1Api:
 
 def _apps() -> kubernetes.client.AppsV1Api:
     return kubernetes.client.AppsV1Api()
+
+
+def _networking() -> kubernetes.client.NetworkingV1Api:
+    return kubernetes.client.NetworkingV1Api()
 
 
 def list_topics(namespace: str) -> list[dict[str, Any]]:
@@ -179,6 +194,11 @@ def apply_child(manifest: dict[str, Any], namespace: str) -> bool:
             _apps().read_namespaced_stateful_set,
             _apps().create_namespaced_stateful_set,
             _apps().patch_namespaced_stateful_set,
+        ),
+        "NetworkPolicy": (
+            _networking().read_namespaced_network_policy,
+            _networking().create_namespaced_network_policy,
+            _networking().patch_namespaced_network_policy,
         ),
     }
     what = f"{kind} {namespace}/{name}"
@@ -271,17 +291,53 @@ def reconcile_volume(volume: Mapping[str, Any]) -> list[str]:
     monitor = render.service_monitor(volume)
     if monitor is not None:
         children.append(monitor)
+    policy = network_policy(volume, NETWORK_POLICIES)
+    if policy is not None:
+        children.append(policy)
     written = []
     for child in children:
         kopf.adopt(child, owner=_as_body(volume))
         if apply_child(child, namespace):
             written.append(f"{child['kind']}/{child['metadata']['name']}")
+    if policy is None and remove_network_policy(volume):
+        written.append(f"-NetworkPolicy/{render.child_name(name)}")
     return written
+
+
+def remove_network_policy(volume: Mapping[str, Any]) -> bool:
+    """Delete the volume's NetworkPolicy (NetworkPolicies turned off); only one this volume
+    owns, so that a policy someone else wrote under that name stays. True when deleted."""
+    namespace = volume["metadata"]["namespace"]
+    name = render.child_name(volume["metadata"]["name"])
+    what = f"NetworkPolicy {namespace}/{name}"
+    try:
+        current = retrying(
+            lambda: _networking().read_namespaced_network_policy(name, namespace), f"read {what}"
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    owners = (current.metadata.owner_references if current.metadata else None) or ()
+    if not any(o.uid == volume["metadata"].get("uid") for o in owners):
+        return False
+    try:
+        retrying(
+            lambda: _networking().delete_namespaced_network_policy(name, namespace),
+            f"delete {what}",
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return False
+    logger.info("Deleted %s: NetworkPolicies are turned off", what)
+    return True
 
 
 @kopf.on.resume(GROUP, VERSION, "storagevolumes")
 @kopf.on.create(GROUP, VERSION, "storagevolumes")
 @kopf.on.update(GROUP, VERSION, "storagevolumes")
+@metrics.counted
 def volume_changed(body: kopf.Body, **_: Any) -> None:
     if conditions.annotation(body, conditions.PAUSE_RECONCILIATION):
         logger.info("StorageVolume %s: reconciliation paused", body["metadata"]["name"])
@@ -304,6 +360,7 @@ def _refresh_volume_config(namespace: str, volume_name: str) -> None:
 @kopf.on.resume(GROUP, VERSION, "topics")
 @kopf.on.create(GROUP, VERSION, "topics")
 @kopf.on.update(GROUP, VERSION, "topics")
+@metrics.counted
 def topic_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     assert namespace is not None, "Topics are namespaced"
     volume_name = str(body["spec"]["volume"])
@@ -314,6 +371,7 @@ def topic_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
 
 
 @kopf.on.delete(GROUP, VERSION, "topics")
+@metrics.counted
 def topic_deleted(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     """The worker applies the deletion policy once the Topic leaves its ConfigMap; wait for it
     to confirm (the partitions gone, or reported as orphaned), at most DELETE_WAIT_S."""
@@ -346,7 +404,7 @@ def topic_deleted(body: kopf.Body, namespace: str | None, **_: Any) -> None:
             "the volume",
         )
         return
-    raise kopf.TemporaryError(f"waiting for the worker to apply deletionPolicy {policy}", delay=2)
+    raise metrics.Waiting(f"waiting for the worker to apply deletionPolicy {policy}", delay=2)
 
 
 def _age_s(timestamp: str | None) -> float:
@@ -362,7 +420,17 @@ def _age_s(timestamp: str | None) -> float:
 def fetch_worker_status(
     namespace: str, volume_name: str
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """The worker's /v1/status through its pod's IP, or (None, why not)."""
+    """The worker's /v1/status through its pod's IP, or (None, why not); each failure counts
+    in ``logkeeper_operator_worker_status_errors_total``."""
+    status, error = _read_worker_status(namespace, volume_name)
+    if status is None:
+        metrics.WORKER_STATUS_ERRORS.inc()
+    return status, error
+
+
+def _read_worker_status(
+    namespace: str, volume_name: str
+) -> tuple[dict[str, Any] | None, str | None]:
     pod_name = f"{render.child_name(volume_name)}-0"
     try:
         pod = retrying(
@@ -434,6 +502,7 @@ def write_topic_status(
 
 
 @kopf.timer(GROUP, VERSION, "storagevolumes", interval=STATUS_INTERVAL_S, initial_delay=1.0)
+@metrics.counted
 def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     assert namespace is not None, "StorageVolumes are namespaced"
     name = body["metadata"]["name"]

@@ -25,6 +25,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{/* The selector labels as key=value,key=value (the operator's LOGKEEPER_OPERATOR_POD_LABELS). */}}
+{{- define "logkeeper.selectorLabelsList" -}}
+{{- $pairs := list -}}
+{{- range $key, $value := include "logkeeper.selectorLabels" . | fromYaml -}}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
 {{- define "logkeeper.serviceAccountName" -}}
 {{- default (include "logkeeper.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}

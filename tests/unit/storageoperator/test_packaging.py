@@ -70,7 +70,13 @@ def test_operator_deployment_is_locked_down() -> None:
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     kinds = sorted(o["kind"] for o in objects)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "NetworkPolicy",
+        "ServiceAccount",
+    ]
     for obj in objects:
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
 
@@ -113,6 +119,10 @@ CALLS = [
     ("", "pods", "get"),
     ("", "events", "create"),
     ("monitoring.coreos.com", "servicemonitors", "create"),
+    ("networking.k8s.io", "networkpolicies", "get"),
+    ("networking.k8s.io", "networkpolicies", "create"),
+    ("networking.k8s.io", "networkpolicies", "patch"),
+    ("networking.k8s.io", "networkpolicies", "delete"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("", "namespaces", "list"),
 ]
@@ -156,6 +166,97 @@ def test_rbac_grants_every_call_and_nothing_cluster_wide_when_namespaced(values:
             verb in ("delete", "deletecollection") and group == "logkeeper.io"
             for group, _, verb in granted(role["rules"])
         )
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@needs_helm
+def test_operator_serves_metrics_beside_kopfs_liveness() -> None:
+    container = operator_container(render())
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    assert "--metrics-address=0.0.0.0:9090" in container["args"]
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    assert container["livenessProbe"]["httpGet"]["port"] == "health"
+
+
+@needs_helm
+def test_operator_pod_monitor_only_where_the_crd_exists() -> None:
+    values = str(CHART / "ci" / "servicemonitor-values.yaml")
+    assert not [o for o in render("-f", values) if o["kind"] == "PodMonitor"]
+    api = "monitoring.coreos.com/v1/PodMonitor"
+    assert not [o for o in render("--api-versions", api) if o["kind"] == "PodMonitor"]
+    objects = render("-f", values, "--api-versions", api)
+    (monitor,) = [o for o in objects if o["kind"] == "PodMonitor"]
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["selector"] == deployment["spec"]["selector"]
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= template_labels.items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    assert monitor["spec"]["podMetricsEndpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    ]
+
+
+@needs_helm
+def test_network_policy_settings_reach_the_operator(tmp_path: Path) -> None:
+    objects = render()
+    env = env_of(operator_container(objects))
+    assert env["LOGKEEPER_NETWORK_POLICY_ENABLED"] == "true"
+    assert env["LOGKEEPER_NETWORK_POLICY_METRICS_NAMESPACES"] == "monitoring"
+    assert env["LOGKEEPER_OPERATOR_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    # The labels the operator's policies admit are exactly those that select its pod.
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    pairs = dict(p.split("=", 1) for p in env["LOGKEEPER_OPERATOR_POD_LABELS"].split(","))
+    assert pairs == deployment["spec"]["selector"]["matchLabels"]
+    # The operator's own policy: only the metrics port, from the monitoring namespaces.
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": "metrics"}]
+    (peer,) = rule["from"]
+    assert peer["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+
+    values = tmp_path / "values.yaml"
+    values.write_text("networkPolicy: {metricsNamespaces: [monitoring, observability]}\n")
+    env = env_of(operator_container(render("-f", str(values))))
+    assert env["LOGKEEPER_NETWORK_POLICY_METRICS_NAMESPACES"] == "monitoring,observability"
+    values.write_text("networkPolicy: {metricsNamespaces: []}\n")
+    objects = render("-f", str(values))
+    assert env_of(operator_container(objects))["LOGKEEPER_NETWORK_POLICY_METRICS_NAMESPACES"] == ""
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["ingress"] == []  # closed, not open
+
+
+@needs_helm
+def test_network_policies_off(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("networkPolicy: {enabled: false}\n")
+    objects = render("-f", str(values))
+    assert env_of(operator_container(objects))["LOGKEEPER_NETWORK_POLICY_ENABLED"] == "false"
+    assert not [o for o in objects if o["kind"] == "NetworkPolicy"]
+    # The operator still removes the policies it made before: get and delete, nothing more.
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
+    verbs = {v for g, r, v in granted(role["rules"]) if r == "networkpolicies"}
+    assert verbs == {"get", "delete"}
+
+
+@needs_helm
+def test_values_schema_rejects_bad_namespace_names(tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("networkPolicy: {metricsNamespaces: [Monitoring_NS]}\n")
+    result = helm("template", "lk", str(CHART), "-f", str(values), check=False)
+    assert result.returncode != 0 and "metricsNamespaces" in result.stderr
+    assert "Monitoring_NS" in result.stderr
 
 
 def test_dockerfile_is_hadolint_clean() -> None:
