@@ -11,6 +11,7 @@ A StorageVolume ``v`` gets:
   read-only root filesystem, no capabilities, the resources of the spec.
 * Service ``lk-v`` with ports ``kafka`` 9092 and ``http`` 8080.
 * ServiceMonitor ``lk-v`` when ``spec.monitoring.serviceMonitor`` is true.
+* NetworkPolicy ``lk-v``: :mod:`storageoperator.network_policy` (it uses the names here).
 
 Owner references are added by the handlers (kopf.adopt); labels are the recommended
 ``app.kubernetes.io/*`` set plus ``logkeeper.io/volume``.
