@@ -542,7 +542,7 @@ def test_network_policy_follows_the_volume_and_the_operator_counts(env: Env) -> 
     operator runs with NetworkPolicies turned off. The operator's /metrics counts handler runs,
     a handler error and failed worker status reads."""
     networking = kubernetes.client.NetworkingV1Api(env.api)
-    port = free_port()
+    port, liveness = free_port(), free_port()
     env.stop_operator()
     env.start_operator(
         {
@@ -553,6 +553,8 @@ def test_network_policy_follows_the_volume_and_the_operator_counts(env: Env) -> 
         },
         "--metrics-address",
         f"127.0.0.1:{port}",
+        "--liveness",
+        f"http://127.0.0.1:{liveness}/healthz",
     )
     volume, _ = examples()
     env.custom.create_namespaced_custom_object(GROUP, VERSION, NS, "storagevolumes", volume)
@@ -617,6 +619,9 @@ def test_network_policy_follows_the_volume_and_the_operator_counts(env: Env) -> 
     runs = 'logkeeper_operator_handler_runs_total{handler="%s"}'
     errors = 'logkeeper_operator_handler_errors_total{handler="%s"}'
     first = scrape(port)
+    # kopf's own liveness endpoint answers beside the metrics.
+    with urllib.request.urlopen(f"http://127.0.0.1:{liveness}/healthz", timeout=5) as response:
+        assert response.status == 200
     assert first[runs % "volume_changed"] >= 2  # created, then the spec change
     assert first[runs % "report_status"] >= 1
     assert first[errors % "topic_deleted"] == 0
