@@ -112,3 +112,24 @@ def test_the_endpoint_serves_the_names() -> None:
         assert f"\n{name}" in text, name
     assert 'logkeeper_operator_handler_runs_total{handler="volume_changed"}' in text
     assert "process_cpu_seconds_total" in text or "python_info" in text
+
+
+def test_every_operator_metric_the_alerts_and_dashboards_query_is_exported() -> None:
+    """The chart's rules and panels query ``logkeeper_operator_*`` names; the operator's own
+    registry exports each (the worker's side is checked in test_alerts)."""
+    from tests.unit.storageoperator.test_alerts import (
+        dashboard_expressions,
+        exported_names,
+        queried_metrics,
+        rules,
+    )
+
+    queried = set().union(
+        *(queried_metrics(r["expr"]) for r in rules()),
+        *(queried_metrics(e) for e in dashboard_expressions()),
+    )
+    operator = {n for n in queried if n.startswith("logkeeper_operator_")}
+    assert operator, "no rule or panel reads the operator's metrics"
+    missing = operator - exported_names(metrics.REGISTRY)
+    assert not missing, f"queried but not exported by the operator: {sorted(missing)}"
+    assert set(NAMES) <= exported_names(metrics.REGISTRY)
