@@ -446,6 +446,9 @@ def test_helm_install_kubectl_apply_examples_and_helm_uninstall(env: Env) -> Non
     deployment = env.apps.read_namespaced_deployment("lk-logkeeper", "ops")
     assert deployment.spec.template.spec.containers[0].args[1] == "operator"
     assert env.core.read_namespaced_service_account("lk-logkeeper", "ops") is not None
+    networking = kubernetes.client.NetworkingV1Api(env.api)
+    own_policy = networking.read_namespaced_network_policy("lk-logkeeper-operator", "ops")
+    assert own_policy.spec.ingress[0].ports[0].port == "metrics"
 
     applied = tool(env, "kubectl", "apply", "-f", str(ROOT / "examples"))
     assert "storagevolume.logkeeper.io/demo-volume created" in applied.stdout
@@ -508,6 +511,8 @@ def test_helm_install_kubectl_apply_examples_and_helm_uninstall(env: Env) -> Non
     tool(env, "helm", "uninstall", "lk", "--namespace", "ops")
     with pytest.raises(kubernetes.client.ApiException):
         env.apps.read_namespaced_deployment("lk-logkeeper", "ops")
+    with pytest.raises(kubernetes.client.ApiException):
+        networking.read_namespaced_network_policy("lk-logkeeper-operator", "ops")
     rbac = kubernetes.client.RbacAuthorizationV1Api(env.api)
     assert [
         r.metadata.name for r in rbac.list_cluster_role().items if "logkeeper" in r.metadata.name
