@@ -300,7 +300,7 @@ def reconcile_volume(volume: Mapping[str, Any]) -> list[str]:
         if apply_child(child, namespace):
             written.append(f"{child['kind']}/{child['metadata']['name']}")
     if policy is None and remove_network_policy(volume):
-        written.append(f"-NetworkPolicy/{render.child_name(name)}")
+        written.append(f"NetworkPolicy/{render.child_name(name)} (deleted)")
     return written
 
 

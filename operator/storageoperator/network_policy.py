@@ -28,7 +28,6 @@ Called by :mod:`storageoperator.handlers`; no API calls here.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -36,8 +35,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from storageoperator import render
-
-logger = logging.getLogger(__name__)
 
 #: The label the API server sets on every namespace (Kubernetes 1.22+), its name.
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
