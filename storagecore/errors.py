@@ -25,6 +25,9 @@ broken invariant) are ``AssertionError`` and are never caught::
       x SegmentOffsetOverflowError  relative offset does not fit in int32
       x LogDirLockedError           another process holds the log dir's .lock
       x LogDirOfflineError          an OSError took the log dir offline; sticky until restart
+      x LogDirFullError             the filesystem is full (ENOSPC, EDQUOT) or below the free-space
+                                    floor: the write was refused, nothing half-written stays,
+                                    the dir stays online; retriable (KAFKA_STORAGE_ERROR)
       x UnknownTopicOrPartitionError
     * ConfigError (ValueError)      bad topic config key or value, bad topic name
 """
@@ -101,6 +104,12 @@ class LogDirLockedError(StorageError):
 
 class LogDirOfflineError(StorageError):
     """The log directory failed with an I/O error and is offline until restart."""
+
+
+class LogDirFullError(StorageError):
+    """A write refused for lack of space: the filesystem said ENOSPC or EDQUOT, or its free
+    space is below the worker's floor. Unlike an I/O error this takes nothing offline: what is
+    stored stays readable and writes resume by themselves once space is free again."""
 
 
 class UnknownTopicOrPartitionError(StorageError):

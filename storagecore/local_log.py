@@ -39,7 +39,13 @@ from typing import NamedTuple
 from storagecore import durability, files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
-from storagecore.errors import LogDirOfflineError, RecordTooLargeError
+from storagecore.disk_space import is_disk_full
+from storagecore.errors import (
+    LogDirFullError,
+    LogDirOfflineError,
+    RecordTooLargeError,
+    StorageError,
+)
 from storagecore.index import TimestampOffset
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
@@ -83,6 +89,7 @@ class LocalLog:
         segments: Sequence[LogSegment],
         recovery_point: int,
         on_io_error: IoErrorCallback | None = None,
+        on_disk_full: IoErrorCallback | None = None,
     ) -> None:
         assert segments, f"{tp}: a log has at least one segment"
         self.directory = directory
@@ -96,6 +103,7 @@ class LocalLog:
         self.last_flush_ms = clock.milliseconds()
         self._pending_deletes: list[_PendingDelete] = []
         self._on_io_error = on_io_error
+        self._on_disk_full = on_disk_full
         #: Called after every roll (:data:`RollCallback`); the owning Log sets it.
         self.on_roll: RollCallback | None = None
         self.offline = False
@@ -162,11 +170,22 @@ class LocalLog:
         if self.closed:
             raise LogDirOfflineError(f"{self.tp}: the log is closed")
 
-    def io_failed(self, what: str, exc: OSError) -> LogDirOfflineError:
-        """An OSError takes the log (and through the callback its log dir) offline."""
-        self.offline = True
+    def io_failed(self, what: str, exc: OSError, *, append: bool = False) -> StorageError:
+        """An OSError takes the log (and through the callback its log dir) offline. On the
+        append path (``append``) one that means "no space" (ENOSPC, EDQUOT) does not: the
+        append left nothing behind (a short write is cut back, index blocks are reserved
+        before the write), the disk-full callback notes it, and the caller gets a retriable
+        :class:`LogDirFullError`. Elsewhere (a swap, a delete) it is an I/O error like any."""
+        if append and is_disk_full(exc):
+            if self._on_disk_full is not None:
+                self._on_disk_full(self.directory.parent, exc)
+            return LogDirFullError(
+                f"{self.tp}: {what} failed in {self.directory}: {exc}; nothing was written, the "
+                "log directory stays online and writes resume once space is free"
+            )
         if self._on_io_error is not None:
             self._on_io_error(self.directory.parent, exc)
+        self.offline = True
         return LogDirOfflineError(
             f"{self.tp}: {what} failed in {self.directory}: {exc}; the log directory "
             f"{self.directory.parent} is now offline"

@@ -69,6 +69,7 @@ class Log:
         log_start_offset: int,
         recovery_point: int,
         on_io_error: IoErrorCallback | None = None,
+        on_disk_full: IoErrorCallback | None = None,
         leader_epoch: int = 0,
         producer_state: ProducerStateManager | None = None,
     ) -> None:
@@ -76,7 +77,9 @@ class Log:
         self.tp = tp
         self.clock = clock
         self.producer_state = producer_state or ProducerStateManager(directory, tp, clock)
-        self._local = LocalLog(directory, tp, config, clock, segments, recovery_point, on_io_error)
+        self._local = LocalLog(
+            directory, tp, config, clock, segments, recovery_point, on_io_error, on_disk_full
+        )
         self._local.on_roll = self.producer_state.on_roll  # a snapshot at every roll
         self._log_start_offset = log_start_offset
         self.leader_epoch = leader_epoch
@@ -100,6 +103,7 @@ class Log:
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
         on_io_error: IoErrorCallback | None = None,
+        on_disk_full: IoErrorCallback | None = None,
     ) -> Log:
         """Load (and if needed recover) the log in ``directory``, creating it if absent."""
         tp = files.parse_partition_dir_name(directory.name)
@@ -122,6 +126,7 @@ class Log:
             log_start_offset=loaded.log_start_offset,
             recovery_point=loaded.recovery_point,
             on_io_error=on_io_error,
+            on_disk_full=on_disk_full,
             producer_state=loaded.producer_state,
         )
 
@@ -200,7 +205,7 @@ class Log:
             try:
                 return self._append_locked(data, origin)
             except OSError as exc:
-                raise self._local.io_failed(f"append to {self.tp}", exc) from exc
+                raise self._local.io_failed(f"append to {self.tp}", exc, append=True) from exc
 
     def _append_locked(
         self, data: bytes | bytearray | memoryview, origin: AppendOrigin

@@ -33,6 +33,7 @@ from storagecore import durability, files
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition
+from storagecore.disk_space import DiskSpace
 from storagecore.errors import (
     ConfigError,
     CorruptCheckpointError,
@@ -114,6 +115,7 @@ class LogManager:
         clock: Clock | None = None,
         recovery_threads_per_dir: int = 1,
         broker_epoch: int = 0,
+        min_free_bytes: int | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
         self.default_config = default_config or LogConfig()
@@ -136,6 +138,8 @@ class LogManager:
         self._retention_paused: frozenset[TopicPartition] = frozenset()
         self.retention_totals = RetentionTotals()
         paths = [Path(p).resolve() for p in log_dirs]
+        #: Free space against the floor, per log dir (:meth:`ensure_writable`).
+        self.disk_space = {path: DiskSpace(path, min_free_bytes) for path in paths}
         if not paths:
             raise ConfigError("at least one log directory is required")
         if len(set(paths)) != len(paths):
@@ -194,6 +198,14 @@ class LogManager:
     def dir_error(self, path: Path) -> str | None:
         return self._dirs[path].error
 
+    def note_disk_full(self, path: Path, exc: OSError) -> None:
+        """A write in ``path`` found no space (an append, the cleaner's output): not a failure;
+        the dir stays online, under disk pressure until space is free again
+        (:mod:`storagecore.disk_space`)."""
+        space = self.disk_space.get(path)
+        if space is not None:
+            space.note_full(exc, f"a write in {path}")
+
     def handle_io_error(self, path: Path, exc: OSError) -> None:
         """LogDirFailureChannel: take ``path`` offline, keep the other dirs running."""
         with self._lock:
@@ -206,6 +218,16 @@ class LogManager:
             for log in self._logs.values():
                 if log.parent_dir == path:
                     log.mark_offline()
+
+    def ensure_writable(self, path: Path, incoming_bytes: int = 0) -> None:
+        """Refuse new data for ``path`` while it is below its free-space floor or its last write
+        failed for lack of space (:class:`LogDirFullError`, retriable)."""
+        self.disk_space[path].check_writable(incoming_bytes)
+
+    def set_min_free_bytes(self, min_free_bytes: int | None) -> None:
+        """The free-space floor of every dir (None: the smaller of 5% and 512 MiB)."""
+        for space in self.disk_space.values():
+            space.set_min_free_bytes(min_free_bytes)
 
     @contextlib.contextmanager
     def _guard_dir(self, path: Path, what: str) -> Iterator[None]:
@@ -270,6 +292,7 @@ class LogManager:
                 log_start_offset=log_starts.get(tp, 0),
                 had_clean_shutdown=clean,
                 on_io_error=self.handle_io_error,
+                on_disk_full=self.note_disk_full,
             )
 
         with concurrent.futures.ThreadPoolExecutor(
@@ -322,6 +345,7 @@ class LogManager:
                     self.clock,
                     had_clean_shutdown=True,
                     on_io_error=self.handle_io_error,
+                    on_disk_full=self.note_disk_full,
                 )
             self._logs[tp] = log
             logger.info("Created log for %s in %s", tp, target)

@@ -189,6 +189,10 @@ class LogSegment:
                 f"{self.log.path}: offset {largest_offset} cannot be stored relative to base "
                 f"offset {self.base_offset}"
             )
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            # Blocks for the index entries first: on a full filesystem nothing is written.
+            self.offset_index.reserve_next()
+            self.time_index.reserve_next()
         physical_position = self.log.append(records)
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp

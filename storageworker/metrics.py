@@ -164,18 +164,36 @@ class WorkerCollector(Collector):
             "Free bytes of the directory's filesystem (for unprivileged writers)",
             labels=labels,
         )
+        pressure = GaugeMetricFamily(
+            f"{PREFIX}_dir_disk_pressure",
+            "1 while produce is refused: free space below the floor, or a write found none",
+            labels=labels,
+        )
+        floor = GaugeMetricFamily(
+            f"{PREFIX}_dir_min_free_bytes", "The directory's free-space floor", labels=labels
+        )
+        episodes = CounterMetricFamily(
+            f"{PREFIX}_dir_disk_pressure_episodes",
+            "Times the directory went under disk pressure",
+            labels=labels,
+        )
         for path in manager.log_dirs:
             is_online = path in manager.online_dirs
             online.add_metric([str(path)], 1.0 if is_online else 0.0)
+            space = manager.disk_space[path]
+            episodes.add_metric([str(path)], space.pressure_episodes)
             if not is_online:
                 continue
             try:
                 disk = shutil.disk_usage(path)
+                reading = space.reading()
             except OSError:
                 continue
             capacity.add_metric([str(path)], float(disk.total))
             free.add_metric([str(path)], float(disk.free))
-        yield from (online, capacity, free)
+            pressure.add_metric([str(path)], 1.0 if reading.under_floor else 0.0)
+            floor.add_metric([str(path)], float(reading.floor_bytes))
+        yield from (online, capacity, free, pressure, floor, episodes)
 
     def _logs(self, worker: Worker) -> Iterator[Metric]:
         manager, cleaner = worker.log_manager, worker.cleaner

@@ -88,6 +88,10 @@ class WorkerSettings:
     are accepted from loopback only)."""
     log_format: str = "plain"
     """``worker.logFormat``: ``plain`` or ``json``."""
+    min_free_bytes: int | None = None
+    """``minFreeBytes``: below this many free bytes in a data directory, produce requests are
+    refused (retriable KAFKA_STORAGE_ERROR) before the disk fills; None: the smaller of 5% of
+    the filesystem and 512 MiB (:func:`storagecore.disk_space.default_floor`)."""
 
     def cleaner_config(self) -> CleanerConfig:
         return CleanerConfig(
@@ -117,6 +121,7 @@ _FIELDS: Final[dict[tuple[str | None, str], tuple[str, type, float]]] = {
     ("cleaner", "backoffMs"): ("backoff_ms", int, 0),
     (None, "retentionCheckIntervalMs"): ("retention_check_interval_ms", int, 1),
     (None, "compactionLagLeadMs"): ("compaction_lag_lead_ms", int, 0),
+    (None, "minFreeBytes"): ("min_free_bytes", int, 0),
     ("worker", "flushCheckIntervalMs"): ("flush_check_interval_ms", int, 1),
     ("worker", "checkpointIntervalMs"): ("checkpoint_interval_ms", int, 1),
     ("worker", "deleteCheckIntervalMs"): ("delete_check_interval_ms", int, 1),

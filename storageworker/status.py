@@ -65,6 +65,7 @@ def partition_status(
         "uncleanable": mark is not None,
         "uncleanableReason": mark.reason if mark is not None else None,
         "uncleanableMark": mark.as_dict() if mark is not None else None,
+        "cleaningDeferred": cleaner.deferred.get(tp),
         "lastCleanMs": cleaner.last_clean_ms.get(tp),
         "lastClean": None,
         "dirtyRatio": None,
@@ -131,6 +132,7 @@ def volume_status(worker: Worker) -> dict[str, Any]:
             ),
             "retentionCheckIntervalMs": settings.retention_check_interval_ms,
             "compactionWindows": settings.compaction_windows.describe(),
+            "minFreeBytes": settings.min_free_bytes,
         },
         "compactionWindowOpen": settings.compaction_windows.is_open(now),
         "topics": sorted(worker.topics),
@@ -153,10 +155,19 @@ def volume_status(worker: Worker) -> dict[str, Any]:
                 usage = {"totalBytes": disk.total, "usedBytes": disk.used, "freeBytes": disk.free}
             except OSError:
                 usage = None
+        space = manager.disk_space[path].reading() if online else None
         document["dirs"].append(
             {
                 "path": str(path),
                 "online": online,
+                "diskPressure": None
+                if space is None
+                else {
+                    "underFloor": space.under_floor,
+                    "floorBytes": space.floor_bytes,
+                    "freeBytes": space.free_bytes,
+                    "reason": space.reason,
+                },
                 "hadCleanShutdown": manager.had_clean_shutdown(path),
                 "error": manager.dir_error(path),
                 "disk": usage,

@@ -214,6 +214,8 @@ class Worker:
     def _apply_settings(self, old: WorkerSettings, new: WorkerSettings) -> None:
         for name, interval in self._intervals(new).items():
             self.scheduler.set_interval(name, interval)
+        if self.log_manager is not None:
+            self.log_manager.set_min_free_bytes(new.min_free_bytes)
         cleaner = self.cleaner
         if cleaner is not None:
             cleaner.lag_lead_ms = new.compaction_lag_lead_ms
@@ -247,7 +249,12 @@ class Worker:
     def start(self, *, background: bool = True) -> None:
         """Load the logs and apply the topic set; with ``background`` also start the cleaner
         threads and the scheduler (tests drive both by hand with ``background=False``)."""
-        manager = LogManager(self.data_dirs, config_for=self._config_for, clock=self.clock)
+        manager = LogManager(
+            self.data_dirs,
+            config_for=self._config_for,
+            clock=self.clock,
+            min_free_bytes=self.settings.min_free_bytes,
+        )
         self.log_manager = manager
         settings = self.settings
         self.cleaner = LogCleaner(

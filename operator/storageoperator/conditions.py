@@ -275,6 +275,22 @@ def volume_figures(
     }
 
 
+def disk_pressure(worker: Mapping[str, Any] | None) -> tuple[bool | None, str, str]:
+    """The DiskPressure condition: True while a data directory refuses new data (free space
+    below ``minFreeBytes``, or a write found none). The message names the directories and their
+    floors only, not the free bytes, which move with every write."""
+    if worker is None:
+        return None, "WorkerUnavailable", ""
+    under = [
+        f"{d['path']} (floor {d['diskPressure']['floorBytes']} bytes)"
+        for d in worker.get("dirs") or ()
+        if (d.get("diskPressure") or {}).get("underFloor")
+    ]
+    if under:
+        return True, "BelowFreeSpaceFloor", "produce is refused in " + ", ".join(under)
+    return False, "EnoughFreeSpace", ""
+
+
 def volume_conditions(
     body: Mapping[str, Any],
     *,
@@ -311,6 +327,7 @@ def volume_conditions(
         condition("Ready", *ready, generation),
         condition("Progressing", *progressing, generation),
         condition("Degraded", *degraded, generation),
+        condition("DiskPressure", *disk_pressure(worker), generation),
     ]
     for kind, key in (("CleaningPaused", PAUSE_CLEANING), ("RetentionPaused", PAUSE_RETENTION)):
         on = annotation(body, key)

@@ -265,6 +265,15 @@ def storage_volume_crd() -> dict[str, Any]:
                 "description": "Outside the windows, clean a log anyway when its "
                 "max.compaction.lag.ms would be breached this soon.",
             },
+            "minFreeBytes": {
+                "type": "integer",
+                "format": "int64",
+                "minimum": 0,
+                "description": "Free-space floor of each data directory: below it produce "
+                "requests are refused with the retriable KAFKA_STORAGE_ERROR (retention and the "
+                "cleaner go on) until space is back. Default: the smaller of 5% of the volume and "
+                "512 MiB.",
+            },
             "compactionWindows": {
                 "type": "object",
                 "description": "When the cleaner may start new work (default: always).",

@@ -526,6 +526,19 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
             ),
             f"status of StorageVolume {name}",
         )
+        before = {
+            c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or ()
+        }
+        for item in status["conditions"]:
+            if item["type"] == "DiskPressure" and before.get("DiskPressure") != item["status"]:
+                if item["status"] == "True":
+                    kopf.warn(_as_body(body), reason="DiskPressure", message=item["message"])
+                elif before.get("DiskPressure") == "True":
+                    kopf.info(
+                        _as_body(body),
+                        reason="DiskPressureEnded",
+                        message="free space is above the floor again: produce is accepted",
+                    )
     for topic in list_topics(namespace):
         if (topic.get("spec") or {}).get("volume") == name and not topic["metadata"].get(
             "deletionTimestamp"

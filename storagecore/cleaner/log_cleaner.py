@@ -36,6 +36,7 @@ from storagecore.cleaner.stats import CleanerStats
 from storagecore.cleaner.throttler import Throttler
 from storagecore.clock import Clock
 from storagecore.config import CleanerConfig, TopicPartition
+from storagecore.disk_space import is_disk_full
 from storagecore.errors import LogDirOfflineError
 from storagecore.log import Log
 from storagecore.log_manager import LogManager
@@ -86,6 +87,10 @@ class _ThreadState:
     last_stats: CleanerStats | None = None
 
 
+class _NoSpaceForCleanError(Exception):
+    """Internal: the clean of a log must wait for disk space (nothing was written)."""
+
+
 class LogCleaner:
     def __init__(
         self,
@@ -115,6 +120,8 @@ class LogCleaner:
         self.totals = CleanerTotals()
         self.thread_errors = 0
         self.last_error: str | None = None
+        #: Partitions whose clean waits for disk space, and why; cleared by their next round.
+        self.deferred: dict[TopicPartition, str] = {}
 
     def _thread_states(self, config: CleanerConfig) -> list[_ThreadState]:
         return [
@@ -205,6 +212,7 @@ class LogCleaner:
         finished: CleanerStats | None = None
         state.busy_with = tp
         try:
+            self._check_space(to_clean)
             stats = cleaner.clean(
                 CleanRequest(log, to_clean.first_dirty_offset, to_clean.first_uncleanable_offset),
                 now,
@@ -218,6 +226,8 @@ class LogCleaner:
                 now_ms=self.clock.milliseconds(),
             )
             logger.info("%s", stats.stats_line(cleaner.thread_id))
+            with self._lock:
+                self.deferred.pop(tp, None)
             if to_clean.needs_compaction_now:
                 pre = self.manager.last_pre_clean_stats
                 logger.info(
@@ -247,7 +257,14 @@ class LogCleaner:
         except LogDirOfflineError as exc:
             logger.error("Cleaning of %s stopped: %s", tp, exc)
             return None
+        except _NoSpaceForCleanError as exc:
+            self._defer(to_clean, str(exc))
+            return None
         except OSError as exc:
+            if is_disk_full(exc):  # the .cleaned files are gone; the log is as it was
+                self.log_manager.note_disk_full(log.parent_dir, exc)
+                self._defer(to_clean, f"the cleaned segments did not fit: {exc}")
+                return None
             logger.error("Cleaning of %s failed with an I/O error: %s", tp, exc)
             self.log_manager.handle_io_error(log.parent_dir, exc)
             return None
@@ -271,6 +288,31 @@ class LogCleaner:
                 self.log_manager.handle_io_error(log.parent_dir, exc)
             if finished is not None:
                 self._publish(state, tp, finished)
+
+    def _check_space(self, to_clean: LogToClean) -> None:
+        """Refuse to start a clean whose cleaned copy may not fit: groups are rewritten and
+        swapped one at a time, so the copy needs at most one group, at most ``segment.bytes``
+        (plus its indexes), or the whole cleanable log if that is smaller."""
+        log = to_clean.log
+        space = self.log_manager.disk_space.get(log.parent_dir)
+        if space is None:
+            return
+        needed = min(log.config.segment_bytes, to_clean.total_bytes)
+        free = space.reading().free_bytes
+        if free < needed:
+            raise _NoSpaceForCleanError(
+                f"the cleaned copy of a segment group needs up to {needed} bytes and "
+                f"{log.parent_dir} has {free} free; retention or more space lets it run"
+            )
+
+    def _defer(self, to_clean: LogToClean, reason: str) -> None:
+        tp = to_clean.tp
+        logger.warning("Cleaning of %s deferred: %s", tp, reason)
+        with self._lock:
+            self.deferred[tp] = reason
+        self.manager.finish_request(
+            tp, Outcome.ABORTED, self.clock.milliseconds(), f"deferred: {reason}"
+        )
 
     def _publish(self, state: _ThreadState, tp: TopicPartition, stats: CleanerStats) -> None:
         """A finished round's figures, for status and metrics."""

@@ -22,6 +22,8 @@ from storagecore.errors import CorruptIndexError
 
 logger = logging.getLogger(__name__)
 
+_RESERVE_CHUNK = 64 * 1024
+
 
 class AbstractIndex:
     """Entries of ``entry.size`` bytes, sorted by offset (and for the time index by timestamp)."""
@@ -39,6 +41,10 @@ class AbstractIndex:
         length = os.fstat(self._fd).st_size
         # Invariant: entries * entry.size <= file length; the entries are the valid prefix.
         self.entries = length // self.entry.size
+        # Bytes of the file known to have disk blocks (the entries written so far, then each
+        # reserve_next chunk): the preallocated rest is sparse, and a first write into a sparse
+        # page of the mapping on a full filesystem would kill the process with SIGBUS.
+        self._reserved = self.entries * self.entry.size
         # Last entry, cached for the append path; None means "read it from the file".
         self._last: tuple[int, ...] | None = None
         # Searched columns (relative offsets, positions, timestamps) as native arrays, built on
@@ -83,6 +89,7 @@ class AbstractIndex:
             self._mmap.close()
             self._mmap = None
         os.ftruncate(self._fd, length)
+        self._reserved = min(self._reserved, length)
         self.entries = min(self.entries, length // self.entry.size)
         self._last = None
         self._columns.clear()
@@ -117,10 +124,24 @@ class AbstractIndex:
             self._last = self._entry(self.entries - 1)
         return self._last
 
+    def reserve_next(self) -> None:
+        """Give the next entry's bytes disk blocks (``posix_fallocate``, 64 KiB at a time), so
+        that a full filesystem fails here with ENOSPC, before anything is written, instead of
+        with SIGBUS when the mapped page is first touched. Kafka preallocates sparse files and
+        has that SIGBUS."""
+        end = (self.entries + 1) * self.entry.size
+        if end <= self._reserved or end > self._length:
+            return
+        upto = min(self._length, -(-end // _RESERVE_CHUNK) * _RESERVE_CHUNK)
+        os.posix_fallocate(self._fd, self._reserved, upto - self._reserved)
+        self._reserved = upto
+
     def _write_entry(self, values: tuple[int, ...]) -> None:
         if self.entries >= self.max_entries:
             raise AssertionError(f"{self.path}: append to a full index ({self.entries} entries)")
         assert self._mmap is not None
+        if (self.entries + 1) * self.entry.size > self._reserved:
+            self.reserve_next()
         self.entry.pack_into(self._mmap, self.entries * self.entry.size, *values)
         self.entries += 1
         self._last = values

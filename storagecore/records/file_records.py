@@ -111,10 +111,17 @@ class FileRecords:
         position = self.size_bytes
         view = memoryview(data)
         offset = position
-        while view:
-            written = os.pwrite(self._fd, view, offset)
-            view = view[written:]
-            offset += written
+        try:
+            while view:
+                written = os.pwrite(self._fd, view, offset)
+                view = view[written:]
+                offset += written
+        except OSError:
+            # A short write (a full filesystem) leaves no partial batch behind: the file ends
+            # at the last complete append again. Shrinking needs no space.
+            if offset > position:
+                os.ftruncate(self._fd, position)
+            raise
         self.size_bytes = offset
         return position
 

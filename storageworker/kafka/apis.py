@@ -46,6 +46,7 @@ from storagecore.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
+    LogDirFullError,
     LogDirOfflineError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -165,7 +166,7 @@ def error_for(exc: Exception) -> ErrorCode | int:
         return ErrorCode.OFFSET_OUT_OF_RANGE
     if isinstance(exc, UnknownTopicOrPartitionError):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(exc, LogDirOfflineError):
+    if isinstance(exc, LogDirOfflineError | LogDirFullError):
         return ErrorCode.KAFKA_STORAGE_ERROR
     return ErrorCode.UNKNOWN_SERVER_ERROR
 

@@ -101,6 +101,12 @@ class WorkerBroker:
         a retry of one of the producer's last five batches is acknowledged with the original
         offset and not appended again."""
         log = self.log_of(tp)
+        manager = self.worker.log_manager
+        if manager is not None and not self.is_internal(tp.topic):
+            # Below the free-space floor new data is refused (retriable); the worker's own
+            # offsets topic may still write into the floor's reserve, so consumers keep
+            # committing while producers wait.
+            manager.ensure_writable(log.parent_dir, len(records))
         producer_id = (
             _I64.unpack_from(records, layout.PRODUCER_ID_OFFSET)[0]
             if len(records) >= layout.RECORD_BATCH_OVERHEAD

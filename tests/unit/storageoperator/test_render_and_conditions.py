@@ -265,3 +265,32 @@ def test_disk_free_in_the_status_moves_only_in_steps_of_one_percent() -> None:
     assert conditions.volume_figures(worker, shown=first)["diskFreeBytes"] == 0
     assert conditions.settled_disk_free(0, 5) == 5
     assert conditions.settled_disk_free(1_000_000, None) is None
+
+
+def test_disk_pressure_condition_names_the_dirs_and_floors_not_the_moving_free_bytes() -> None:
+    def worker(under: bool, free: int) -> dict[str, Any]:
+        pressure = {"underFloor": under, "floorBytes": 1000, "freeBytes": free, "reason": "x"}
+        return {
+            "state": "running",
+            "dirs": [{"path": "/d", "online": True, "diskPressure": pressure}],
+        }
+
+    conds = by_type(
+        conditions.volume_conditions(VOLUME, children_ready=True, worker=worker(True, 5))
+    )
+    assert conds["DiskPressure"]["status"] == "True"
+    assert conds["DiskPressure"]["reason"] == "BelowFreeSpaceFloor"
+    assert conds["DiskPressure"]["message"] == "produce is refused in /d (floor 1000 bytes)"
+    again = by_type(
+        conditions.volume_conditions(VOLUME, children_ready=True, worker=worker(True, 7))
+    )
+    assert again["DiskPressure"] == conds["DiskPressure"], "free bytes must not churn the status"
+    clear = by_type(
+        conditions.volume_conditions(VOLUME, children_ready=True, worker=worker(False, 9))
+    )
+    assert (clear["DiskPressure"]["status"], clear["DiskPressure"]["reason"]) == (
+        "False",
+        "EnoughFreeSpace",
+    )
+    unknown = by_type(conditions.volume_conditions(VOLUME, children_ready=True, worker=None))
+    assert unknown["DiskPressure"]["status"] == "Unknown"
