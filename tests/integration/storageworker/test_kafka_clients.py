@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from storagecore.records.batch import NewRecord
 from storagecore.records.memory_records_builder import build_batch
-from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
+from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic, wait_for
 from tests.kafka_support.raw_client import RawClient, produce
 
 pytestmark = pytest.mark.integration
@@ -662,8 +662,7 @@ def test_sasl_without_tls_and_requests_before_authentication(root: Path) -> None
             client.send(3, 12, {"topics": None})  # Metadata before authentication: closed
             with pytest.raises(ConnectionError):
                 client.receive(3, 12)
-        time.sleep(0.2)
-        assert "before SASL authentication" in server.log_text()
+        wait_for(lambda: "before SASL authentication" in server.log_text(), "the refusal logged")
     finally:
         assert server.terminate() == 0
 
