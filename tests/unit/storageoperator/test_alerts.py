@@ -165,11 +165,13 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def exported_names(registry: CollectorRegistry) -> set[str]:
-    """Sample names of every family in the registry's exposition (the family's TYPE decides the
-    suffixes: counters as ``_total``, histograms as ``_bucket``/``_sum``/``_count``)."""
+def exported_names(exposition: CollectorRegistry | bytes) -> set[str]:
+    """Sample names of every family in an exposition (or a registry's): the family's TYPE
+    decides the suffixes, counters as ``_total``, histograms as ``_bucket``/``_sum``/``_count``."""
     names = set()
-    for line in generate_latest(registry).decode().splitlines():
+    if isinstance(exposition, CollectorRegistry):
+        exposition = generate_latest(exposition)
+    for line in exposition.decode().splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split()
             if kind == "histogram":
