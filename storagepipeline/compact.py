@@ -43,7 +43,8 @@ from storagecore.cleaner import (
     dirty_segments,
     group_segments_by_size,
 )
-from storagecore.cleaner.manager import LogCleanerManager, cleanable_offsets, log_to_clean
+from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
+from storagecore.cleaner.manager import LogCleanerManager
 from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest, new_secret
 from storagecore.config import CleanerConfig
 from storagecore.errors import CorruptRecordError, LogDirLockedError

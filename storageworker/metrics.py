@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
 from storageworker.worker import Worker
 
 PREFIX = "logkeeper"

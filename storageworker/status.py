@@ -14,7 +14,7 @@ import shutil
 from typing import Any
 
 from storagecore.cleaner.log_cleaner import LogCleaner
-from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
 from storagecore.cleaner.offset_map import ENTRY_BYTES
 from storagecore.config import TopicPartition
 from storagecore.log import Log

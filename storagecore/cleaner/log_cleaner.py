@@ -25,13 +25,8 @@ from pathlib import Path
 
 from storagecore.cleaner.cleaner import Cleaner, CleanRequest
 from storagecore.cleaner.compaction_request import Outcome
-from storagecore.cleaner.manager import (
-    CleaningAbortedError,
-    LogCleanerManager,
-    LogToClean,
-    cleanable_offsets,
-    log_to_clean,
-)
+from storagecore.cleaner.log_to_clean import LogToClean, cleanable_offsets, log_to_clean
+from storagecore.cleaner.manager import CleaningAbortedError, LogCleanerManager
 from storagecore.cleaner.stats import CleanerStats
 from storagecore.cleaner.throttler import Throttler
 from storagecore.clock import Clock

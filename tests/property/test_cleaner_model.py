@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storagecore import Compression, Log, LogConfig, ManualClock, NewRecord, build_batch
 from storagecore.cleaner import Cleaner, CleanRequest
-from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
 
 pytestmark = pytest.mark.property

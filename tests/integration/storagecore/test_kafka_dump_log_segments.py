@@ -26,7 +26,7 @@ from storagecore import (
     build_control_batch,
 )
 from storagecore.cleaner import Cleaner, CleanRequest
-from storagecore.cleaner.manager import cleanable_offsets, log_to_clean
+from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.records.batch import Record
 from storagecore.tools.dump import dump_file

@@ -30,7 +30,8 @@ from storagecore.cleaner import (
     CleanRequest,
     Throttler,
 )
-from storagecore.cleaner.manager import CleaningAbortedError, cleanable_offsets, log_to_clean
+from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
+from storagecore.cleaner.manager import CleaningAbortedError
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.config import CleanerConfig
 from storagecore.records import layout

@@ -11,13 +11,8 @@ import pytest
 
 from storagecore import Log, LogConfig, ManualClock, NewRecord, TopicPartition, build_batch, files
 from storagecore.checkpoints import OffsetCheckpointFile
-from storagecore.cleaner.manager import (
-    CleaningAbortedError,
-    CleaningState,
-    LogCleanerManager,
-    cleanable_offsets,
-    log_to_clean,
-)
+from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
+from storagecore.cleaner.manager import CleaningAbortedError, CleaningState, LogCleanerManager
 from tests.conftest import START_MS
 
 COMPACT = LogConfig(cleanup_policy=("compact",), segment_bytes=1024, min_cleanable_dirty_ratio=0.1)
