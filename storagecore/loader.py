@@ -18,8 +18,10 @@ The passes, in order; each mirrors a step of a multi-step protocol of :mod:`stor
    the last index entry and one CRC per segment.
 4. **Recovery** (only without a clean-shutdown marker). From the segment holding the recovery
    point to the end: revalidate every batch, rebuild the indexes, truncate at the first torn or
-   corrupt batch and delete every later segment. If the log end is below the checkpointed log
-   start offset, delete everything. An empty log gets one segment at the log start offset.
+   corrupt batch and delete every later segment; each recovered segment leaves a producer
+   snapshot at its end, as Kafka's ``recoverSegment`` (:func:`_recover_segment`). If the log
+   end is below the checkpointed log start offset, delete everything. An empty log gets one
+   segment at the log start offset.
 5. **Producer state** (:func:`storagecore.producer_state.rebuild_producer_state`). Delete
    ``.snapshot.tmp`` files, snapshots at no segment's base offset (but the clean shutdown's, at
    the log end), beyond the log end or at or below the log start; load the newest valid
@@ -178,7 +180,16 @@ def load_log(
         for position in range(start, len(segments)):
             segment = segments[position]
             logger.info("%s Recovering unflushed segment %d", prefix, segment.base_offset)
-            truncated = segment.recover(config.segment_index_bytes)
+            truncated = _recover_segment(
+                segment,
+                segments,
+                ProducerStateManager(
+                    directory, tp, clock, producer_id_expiration_ms=producer_id_expiration_ms
+                ),
+                log_start_offset=log_start_offset,
+                index_bytes=config.segment_index_bytes,
+                now_ms=now_ms,
+            )
             recovered += 1
             truncated_total += truncated
             if truncated > 0 and position + 1 < len(segments):
@@ -246,6 +257,39 @@ def load_log(
         truncated_bytes=truncated_total,
         producer_state=producer_state,
     )
+
+
+def _recover_segment(
+    segment: LogSegment,
+    segments: list[LogSegment],
+    producer_state: ProducerStateManager,
+    *,
+    log_start_offset: int,
+    index_bytes: int,
+    now_ms: int,
+) -> int:
+    """Recover one unflushed segment and snapshot the producers at its end (Kafka's
+    ``LogLoader.recoverSegment``); the bytes truncated.
+
+    ``producer_state`` is a manager of its own, as in Kafka: it loads the producers up to the
+    segment's base offset (the newest snapshot at or below it, then the log; snapshots above it
+    are deleted), replays the recovered segment and writes a snapshot at its end, so that the
+    next segment's recovery, and the load's own producer state afterwards, start from there.
+    A snapshot holds each producer's last batch only: after an unclean shutdown a retry is
+    recognised as a duplicate only for that batch, as on Kafka's broker.
+    """
+    rebuild_producer_state(
+        producer_state,
+        segments,
+        log_start_offset=log_start_offset,
+        last_offset=segment.base_offset,
+        now_ms=now_ms,
+    )
+    truncated = segment.recover(index_bytes)
+    producer_state.replay(segment.producer_batches(segment.base_offset))
+    producer_state.map_end_offset = max(producer_state.map_end_offset, segment.next_offset())
+    producer_state.take_snapshot()
+    return truncated
 
 
 def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> list[Path]:

@@ -4,7 +4,9 @@
 log dir with Kafka's ``StorageTool`` and a generated cluster id, starts ``kafka.Kafka`` from
 the jars of ``pom.xml`` (:mod:`.maven`) and waits until the port answers Metadata naming the
 broker. ``stop()`` sends SIGTERM and waits for the JVM (a controlled shutdown), killing it only
-if it does not exit in time. The broker's own log goes to ``broker.log`` in its directory.
+if it does not exit in time; ``kill()`` sends SIGKILL (a crash). ``start()`` again restarts the
+broker over the same log dir (formatted only the first time), as the restart tests need. The
+broker's own log goes to ``broker.log`` in its directory.
 
 The settings differ from Kafka's defaults only where a single test node needs it, each said
 below next to the key. One broker serves a whole test session (tests/integration/peer): start
@@ -55,8 +57,10 @@ class KafkaBroker:
 
     node_id = 1
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra: dict[str, str] | None = None) -> None:
         self.root = root
+        #: Settings added to (or replacing) those of :meth:`properties`.
+        self.extra = dict(extra or {})
         self.port = free_port()
         self.controller_port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -102,22 +106,30 @@ class KafkaBroker:
             # Kafka waits 3 s for more members by default.
             "group.initial.rebalance.delay.ms": "0",
         }
+        settings.update(self.extra)
         return "".join(f"{key}={value}\n" for key, value in settings.items())
 
+    @property
+    def config_path(self) -> Path:
+        return self.root / "server.properties"
+
     def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        config = self.root / "server.properties"
-        config.write_text(self.properties(), encoding="utf-8")
+        """Format the log dir (first start only: a restart keeps the broker's data) and run
+        the broker until it answers Metadata."""
         jars = maven.classpath()
-        maven.run(
-            [
-                "java", "-cp", jars, "kafka.tools.StorageTool", "format",
-                "--cluster-id", self.cluster_id, "--config", str(config),
-            ],
-            "kafka.tools.StorageTool format",
-            timeout_s=120,
-        )  # fmt: skip
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed by stop)
+        if not self.config_path.is_file():
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.config_path.write_text(self.properties(), encoding="utf-8")
+            maven.run(
+                [
+                    "java", "-cp", jars, "kafka.tools.StorageTool", "format",
+                    "--cluster-id", self.cluster_id, "--config", str(self.config_path),
+                ],
+                "kafka.tools.StorageTool format",
+                timeout_s=120,
+            )  # fmt: skip
+        config = self.config_path
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed by stop)
         self.process = subprocess.Popen(
             [
                 "java", *JAVA_OPTIONS, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
@@ -161,6 +173,19 @@ class KafkaBroker:
         if not self.log_path.is_file():
             return "(no broker log)"
         return self.log_path.read_bytes()[-size:].decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        """SIGKILL: the broker ends without its shutdown (no snapshots, no clean-shutdown
+        marker), as after a crash; ``start()`` then recovers the log dir."""
+        process = self.process
+        if process is None:
+            return
+        process.kill()
+        process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.process = None
 
     def stop(self) -> int:
         """SIGTERM (Kafka's controlled shutdown), then the exit code; killed after

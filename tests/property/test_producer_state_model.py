@@ -1,6 +1,6 @@
 """Producer state against a simple model of Kafka's rules: each producer's last five batches,
-of which a reload keeps the last one before the newest snapshot on disk plus every batch
-after it.
+of which a clean reload keeps the last one before the newest snapshot on disk plus every batch
+after it, and a reload after a crash the last one only (the recovery snapshots the log end).
 
 Producers send in-sequence batches, bump their epoch, and retry one of their earlier batches;
 the log rolls, restarts cleanly, crashes, and finds its newest snapshot corrupt. A retry is a
@@ -166,18 +166,17 @@ class ProducerStateMachine(RuleBasedStateMachine):
             data = bytearray(path.read_bytes())
             data[-1] ^= 0xFF  # the CRC no longer matches
             path.write_bytes(bytes(data))
-        on_disk = sorted(int(p.name.split(".")[0]) for p in self.directory.glob("*.snapshot"))
         self.log = Log.open(
             self.directory, CONFIG, self.clock, recovery_point=recovery_point,
             had_clean_shutdown=False,
         )  # fmt: skip
-        # Kafka's file rules: snapshots at segment bases survive, and of the others only the
-        # newest, if above every base (a clean shutdown's); the corrupt one is skipped.
-        strays = [o for o in on_disk if o not in bases]
-        usable = [o for o in on_disk if o in bases or (o == strays[-1] and o > max(bases))]
-        if corrupt_newest:
-            usable = [o for o in usable if o != newest]
-        self.reload_model(max(usable, default=None))
+        # Kafka's recovery (LogLoader.recoverSegment): the segment holding the recovery point
+        # (here the last, as everything was flushed) is replayed after the newest usable
+        # snapshot at or below its base (a corrupt one skipped) and snapshotted at its end, and
+        # the load reads that snapshot: each producer's last batch in the log, nothing more.
+        end = self.log.log_end_offset
+        assert self.newest_snapshot() == (end if self.appended else None), bases
+        self.reload_model(end if self.appended else None)
 
     @invariant()
     def matches_the_model(self) -> None:

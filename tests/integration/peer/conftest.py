@@ -51,20 +51,21 @@ class Peers:
         return ("kafka", self.kafka), ("logkeeper", self.logkeeper)
 
 
-def _create_on_broker(address: str) -> None:
+def create_on_broker(address: str, topics: dict[str, tuple[int, dict[str, str]]] = TOPICS) -> None:
+    """Create ``topics`` on the broker at ``address`` and wait until each has its leaders."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": address})
     futures = admin.create_topics(
-        [NewTopic(name, count, 1, config=config) for name, (count, config) in TOPICS.items()],
+        [NewTopic(name, count, 1, config=config) for name, (count, config) in topics.items()],
         operation_timeout=30,
     )
     for future in futures.values():
         future.result(60)
-    _wait_for_leaders(address)
+    wait_for_leaders(address, topics)
 
 
-def _wait_for_leaders(address: str) -> None:
+def wait_for_leaders(address: str, topics: dict[str, tuple[int, dict[str, str]]] = TOPICS) -> None:
     """Until Metadata shows a leader for every partition of every topic (a condition polled
     with a short pause: the broker announces nothing when its leaders are elected)."""
     import threading
@@ -76,7 +77,7 @@ def _wait_for_leaders(address: str) -> None:
                 3,
                 12,
                 {
-                    "topics": [{"topic_id": uuid.UUID(int=0), "name": name} for name in TOPICS],
+                    "topics": [{"topic_id": uuid.UUID(int=0), "name": name} for name in topics],
                     "allow_auto_topic_creation": False,
                     "include_topic_authorized_operations": False,
                 },
@@ -85,13 +86,13 @@ def _wait_for_leaders(address: str) -> None:
             t["name"]
             for t in answer["topics"]
             if t["error_code"] == 0
-            and len(t["partitions"]) == TOPICS[t["name"]][0]
+            and len(t["partitions"]) == topics[t["name"]][0]
             and all(p["leader_id"] >= 0 for p in t["partitions"])
         }
-        if ready == set(TOPICS):
+        if ready == set(topics):
             return
         pause.wait(0.1)
-    raise AssertionError(f"the broker has no leaders for {sorted(set(TOPICS) - ready)}")
+    raise AssertionError(f"the broker has no leaders for {sorted(set(topics) - ready)}")
 
 
 def wait_for_group_coordinator(address: str, group: str) -> None:
@@ -124,8 +125,27 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))
     try:
         broker.start()
-        _create_on_broker(broker.address)
+        create_on_broker(broker.address)
         wait_for_group_coordinator(broker.address, "peers")
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A second broker, for the tests that stop, kill and restart it or read its log dir (the
+    shared one keeps serving the others). Each such test creates its own topics and leaves it
+    running. Its cleaner looks for work every 100 ms (Kafka's ``log.cleaner.backoff.ms``
+    default is 15 s), so a test waits on the cleaner for well under a second."""
+    missing = maven.missing_tools()
+    if missing:
+        pytest.skip(f"Kafka's broker needs {', '.join(missing)} on PATH")
+    broker = KafkaBroker(
+        tmp_path_factory.mktemp("kafka-restartable"), {"log.cleaner.backoff.ms": "100"}
+    )
+    try:
+        broker.start()
         yield broker
     finally:
         broker.stop()

@@ -3,7 +3,10 @@
 The crash protocol (docs/crash-protocols.md, "Producer-state snapshots"): a snapshot is
 written to ``<offset>.snapshot.tmp``, fsynced and renamed; the loader deletes ``.tmp`` files,
 stray snapshots, snapshots beyond the log end or at or below the log start, loads the newest
-valid one (reporting and deleting a corrupt one) and replays the log after it.
+valid one (reporting and deleting a corrupt one) and replays the log after it. The loads are
+clean (a clean-shutdown marker whose snapshot at the log end is missing): after an unclean
+shutdown the recovery of each unflushed segment snapshots its end, as Kafka's, and the load
+reads that snapshot, which holds each producer's last batch only (see the torn-tail test).
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def test_a_half_written_tmp_snapshot_is_deleted(
     full = hand_made_snapshot(PID, 11, 11, 1, START_MS + 10)
     (layout / f"{12:020d}.snapshot.tmp").write_bytes(full[:17])
     with caplog.at_level(logging.WARNING):
-        log = open_log(layout, clock, clean=False)
+        log = open_log(layout, clock, clean=True)
     assert f"{12:020d}.snapshot.tmp" in caplog.text
     # The snapshot at 8 (batch 6-7) plus the replayed batch 8-11; the load snapshots the end.
     assert known_first_offsets(log) == [6, 8, 10]
@@ -111,7 +114,7 @@ def test_a_corrupt_newest_snapshot_falls_back_to_the_older_one(
     assert callable(damage)
     newest.write_bytes(damage(newest.read_bytes()))
     with caplog.at_level(logging.WARNING):
-        log = open_log(layout, clock, clean=False)
+        log = open_log(layout, clock, clean=True)
     assert str(newest) in caplog.text and reported in caplog.text
     # From the snapshot at 4 (batch 2-3) and the replay of [4, 12): retries of any of them
     # are duplicates at their original offsets.
@@ -129,7 +132,7 @@ def test_every_snapshot_corrupt_replays_the_whole_log(
     for offset in (4, 8):
         (layout / f"{offset:020d}.snapshot").write_bytes(b"\x00\x01garbage")
     with caplog.at_level(logging.WARNING):
-        log = open_log(layout, clock, clean=False)
+        log = open_log(layout, clock, clean=True)
     assert caplog.text.count("Failed to load producer snapshot") == 2
     assert known_first_offsets(log) == [2, 4, 6, 8, 10]
     with pytest.raises(OutOfOrderSequenceError):
@@ -148,7 +151,8 @@ def test_a_snapshot_beyond_the_log_end_after_truncation_is_deleted(
     log = open_log(layout, clock, clean=False)
     assert log.log_end_offset == 10
     assert snapshot_names(layout) == [f"{o:020d}.snapshot" for o in (4, 8, 10)]
-    assert known_first_offsets(log) == [6, 8]
+    # The recovery of segment 8 snapshots its end, 10, with batch 8-9 alone (as Kafka's).
+    assert known_first_offsets(log) == [8]
     # The lost batch is not a duplicate: its retry is appended, in sequence.
     again = log.append(idempotent(10))
     assert (again.duplicate, again.first_offset) == (False, 10)
@@ -171,7 +175,7 @@ def test_stray_snapshots_and_those_at_or_below_the_log_start_are_deleted(
     stray = hand_made_snapshot(PID, 5, 5, 1, START_MS)
     (layout / f"{6:020d}.snapshot").write_bytes(stray)  # at no segment's base
     (layout / f"{40:020d}.snapshot").write_bytes(stray)  # newest stray, beyond the log end
-    log = open_log(layout, clock, clean=False, start=4)
+    log = open_log(layout, clock, clean=True, start=4)
     assert log.log_start_offset == 4
     # 6 (stray below the last base) and 4 (at the log start) and 40 (beyond the end) go.
     assert snapshot_names(layout) == [f"{o:020d}.snapshot" for o in (8, 12)]
