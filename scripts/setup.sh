@@ -41,8 +41,9 @@ if [[ ",${extras}," == *",dev,"* ]]; then
   apt_tool promtool prometheus
 fi
 # Apache Kafka 4.3.1 (broker and Java client) for the differential tests (dev only): resolved
-# from Maven Central into ~/.m2 by tests/kafka_support/pom.xml, the tests' Java program
-# compiled; both cached by content. Without mvn/javac/java it says so and those tests skip.
+# from Maven Central into ~/.m2 by tests/kafka_support/pom.xml, the tests' Java programs
+# compiled, and Spark's Kafka connector resolved by tests/kafka_support/spark_connector/pom.xml;
+# all cached by content. Without mvn/javac/java it says so and those tests skip.
 if [[ ",${extras}," == *",dev,"* ]]; then
   .venv/bin/python -m tests.kafka_support.maven >&2
 fi

@@ -3,9 +3,10 @@
 1. ``classpath()`` resolves ``pom.xml`` once with ``mvn dependency:build-classpath`` (the first
    run downloads into ``~/.m2``) and caches it in ``build/classpath.txt`` beside the pom's hash;
 2. ``compiled()`` compiles ``java/*.java`` with ``javac`` into ``build/classes`` (git-ignored)
-   when a source or the classpath changed, and returns the classpath to run them with.
+   when a source or the classpath changed, and returns the classpath to run them with;
+3. ``classpath(SPARK_CONNECTOR / "pom.xml", ...)`` resolves Spark's Kafka connector the same way.
 
-``python -m tests.kafka_support.maven`` does both (``scripts/setup.sh dev`` calls it, so a
+``python -m tests.kafka_support.maven`` does all three (``scripts/setup.sh dev`` calls it, so a
 fresh machine fetches Kafka before the tests run). Without ``mvn``/``javac``/``java`` it says
 so and exits 0: the tests that need Kafka then skip, naming the missing tools.
 """
@@ -22,6 +23,8 @@ HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 SOURCES = HERE / "java"
 BUILD = HERE / "build"
+#: Spark's Kafka connector for the pyspark of the venv (tests/kafka_support/spark_kafka.py).
+SPARK_CONNECTOR = HERE / "spark_connector"
 
 
 class MavenError(RuntimeError):
@@ -67,6 +70,7 @@ def run(command: list[str], what: str, timeout_s: float) -> str:
 def classpath(pom: Path = POM, build: Path = BUILD) -> str:
     """The jars of ``pom`` as a classpath, resolved with Maven once per pom (then cached in
     ``build``)."""
+    build = build.resolve()  # Maven reads a relative output file against the pom's directory
     build.mkdir(exist_ok=True)
     cached, stamp = build / "classpath.txt", build / "classpath.stamp"
     pom_hash = _digest(pom.read_bytes())
@@ -112,7 +116,11 @@ def main() -> int:
         print(f"kafka peer: {', '.join(missing)} not found; the Kafka peer tests will skip")
         return 0
     compiled()
-    print(f"kafka peer: Kafka's jars resolved and the Java programs built in {BUILD}")
+    classpath(SPARK_CONNECTOR / "pom.xml", SPARK_CONNECTOR / "build")
+    print(
+        f"kafka peer: Kafka's jars and Spark's Kafka connector resolved, the Java programs "
+        f"built in {BUILD}"
+    )
     return 0
 
 

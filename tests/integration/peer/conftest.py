@@ -29,6 +29,7 @@ TOPICS: dict[str, tuple[int, dict[str, str]]] = {
     "deletes": (1, {}),
     "rebalance": (2, {}),
     "membership": (2, {}),
+    "spark-source": (2, {}),
     "oversize": (1, {"segment.bytes": str(SEGMENT_BYTES), "max.message.bytes": str(2 << 20)}),
     "configured": (
         1,
