@@ -67,8 +67,10 @@ def create_on_broker(address: str, topics: dict[str, tuple[int, dict[str, str]]]
 
 
 def wait_for_leaders(address: str, topics: dict[str, tuple[int, dict[str, str]]] = TOPICS) -> None:
-    """Until Metadata shows a leader for every partition of every topic (a condition polled
-    with a short pause: the broker announces nothing when its leaders are elected)."""
+    """Until Metadata shows a leader for every partition of every topic and ListOffsets is
+    answered for each without an error (a condition polled with a short pause: the broker
+    announces nothing when its leaders are elected, and a restarted broker names itself the
+    leader in Metadata a moment before it serves the partition: NOT_LEADER_OR_FOLLOWER)."""
     import threading
 
     pause = threading.Event()
@@ -83,15 +85,37 @@ def wait_for_leaders(address: str, topics: dict[str, tuple[int, dict[str, str]]]
                     "include_topic_authorized_operations": False,
                 },
             )
-        ready = {
-            t["name"]
-            for t in answer["topics"]
-            if t["error_code"] == 0
-            and len(t["partitions"]) == topics[t["name"]][0]
-            and all(p["leader_id"] >= 0 for p in t["partitions"])
-        }
-        if ready == set(topics):
-            return
+            ready = {
+                t["name"]
+                for t in answer["topics"]
+                if t["error_code"] == 0
+                and len(t["partitions"]) == topics[t["name"]][0]
+                and all(p["leader_id"] >= 0 for p in t["partitions"])
+            }
+            if ready == set(topics):
+                offsets = client.call(
+                    2,
+                    7,
+                    {
+                        "replica_id": -1,
+                        "isolation_level": 0,
+                        "topics": [
+                            {
+                                "name": name,
+                                "partitions": [
+                                    {"partition_index": i, "timestamp": -1} for i in range(count)
+                                ],
+                            }
+                            for name, (count, _config) in topics.items()
+                        ],
+                    },
+                )
+                if all(
+                    part["error_code"] == 0
+                    for answered in offsets["topics"]
+                    for part in answered["partitions"]
+                ):
+                    return
         pause.wait(0.1)
     raise AssertionError(f"the broker has no leaders for {sorted(set(topics) - ready)}")
 
