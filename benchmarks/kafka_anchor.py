@@ -8,7 +8,7 @@ whose docstring says what exactly it measures) compiles against ``kafka-clients`
 1. the classpath is resolved once with ``mvn dependency:build-classpath`` (artifacts land in
    ``~/.m2``) and cached in ``kafka_anchor/build/classpath.txt`` next to the pom's hash;
 2. the source is compiled with ``javac`` into ``kafka_anchor/build/classes`` (git-ignored) when it
-   or the classpath changed;
+   or the classpath changed (both by the tests' resolver, ``tests/kafka_support/maven.py``);
 3. each measurement is one ``java`` process printing one JSON object.
 
 What must not happen here: timing. The harness times itself (warm JIT, best of N) and this
@@ -18,11 +18,13 @@ module only passes files and parses its answer.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import shutil
-import subprocess
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.kafka_support import maven  # the repository root is on the path now
 
 HERE = Path(__file__).resolve().parent / "kafka_anchor"
 POM = HERE / "pom.xml"
@@ -33,75 +35,19 @@ MAIN_CLASS = "KafkaAnchor"
 JAVA_OPTIONS = ("-Xms1g", "-Xmx1g", "-XX:+UseParallelGC")
 
 
-class AnchorError(RuntimeError):
-    """Maven, javac or the harness failed; the message carries the tool's own output."""
-
-
-def missing_tools() -> list[str]:
-    """The tools the harness needs that are not on PATH (empty: it can run)."""
-    return [tool for tool in ("mvn", "javac", "java") if shutil.which(tool) is None]
-
-
-def _digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.hexdigest()
-
-
-def _run(command: list[str], what: str, timeout_s: float) -> str:
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AnchorError(f"{what}: no answer within {timeout_s:.0f} s: {command}") from exc
-    if done.returncode != 0:
-        raise AnchorError(
-            f"{what} failed (exit {done.returncode}): {' '.join(command)}\n"
-            f"{done.stdout[-4000:]}{done.stderr[-4000:]}"
-        )
-    return done.stdout
+#: Maven, javac or the harness failed; the message carries the tool's own output.
+AnchorError = maven.MavenError
+missing_tools = maven.missing_tools
 
 
 def classpath() -> str:
     """Kafka's jars as a classpath, resolved with Maven once per pom (then cached)."""
-    BUILD.mkdir(exist_ok=True)
-    cached, stamp = BUILD / "classpath.txt", BUILD / "classpath.stamp"
-    pom_hash = _digest(POM.read_bytes())
-    if cached.is_file() and stamp.is_file() and stamp.read_text() == pom_hash:
-        jars = cached.read_text().strip()
-        if all(Path(jar).is_file() for jar in jars.split(":")):
-            return jars
-    # -B: no colours or progress in the output; -q: only errors. First run downloads to ~/.m2.
-    _run(
-        [
-            "mvn", "-q", "-B", "-f", str(POM), "dependency:build-classpath",
-            f"-Dmdep.outputFile={cached}",
-        ],
-        "mvn dependency:build-classpath",
-        timeout_s=600,
-    )  # fmt: skip
-    stamp.write_text(pom_hash)
-    return cached.read_text().strip()
+    return maven.classpath(POM, BUILD)
 
 
 def compiled() -> str:
     """The classpath to run the harness with: its classes (compiled if stale) and Kafka's jars."""
-    jars = classpath()
-    classes, stamp = BUILD / "classes", BUILD / "classes.stamp"
-    source_hash = _digest(SOURCE.read_bytes(), jars.encode())
-    if not (stamp.is_file() and stamp.read_text() == source_hash):
-        shutil.rmtree(classes, ignore_errors=True)
-        classes.mkdir(parents=True)
-        _run(
-            ["javac", "-nowarn", "-d", str(classes), "-cp", jars, str(SOURCE)],
-            "javac",
-            timeout_s=300,
-        )
-        stamp.write_text(source_hash)
-    return f"{classes}:{jars}"
+    return maven.compiled([SOURCE], POM, BUILD)
 
 
 def _int(result: dict[str, object], key: str) -> int:
@@ -118,7 +64,7 @@ def _float(result: dict[str, object], key: str) -> float:
 
 def _harness(args: list[str], timeout_s: float) -> dict[str, object]:
     command = ["java", *JAVA_OPTIONS, "-cp", compiled(), MAIN_CLASS, *args]
-    out = _run(command, f"Kafka harness {args[0]}", timeout_s)
+    out = maven.run(command, f"Kafka harness {args[0]}", timeout_s)
     lines = [line for line in out.splitlines() if line.startswith("{")]
     if not lines:
         raise AnchorError(f"Kafka harness {args[0]}: no JSON in its output:\n{out[-2000:]}")

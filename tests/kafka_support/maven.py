@@ -91,12 +91,13 @@ def classpath(pom: Path = POM, build: Path = BUILD) -> str:
     return cached.read_text().strip()
 
 
-def compiled() -> str:
-    """The classpath to run the tests' Java programs with: their classes (compiled if stale)
-    and Kafka's jars."""
-    jars = classpath()
-    sources = sorted(SOURCES.glob("*.java"))
-    classes, stamp = BUILD / "classes", BUILD / "classes.stamp"
+def compiled(sources: list[Path] | None = None, pom: Path = POM, build: Path = BUILD) -> str:
+    """The classpath to run Java programs with: their classes (compiled if stale) and the jars
+    of ``pom``. By default the tests' own programs (``java/*.java``); the benchmarks' Kafka
+    harness passes its own source, pom and build dir."""
+    jars = classpath(pom, build)
+    sources = sorted(SOURCES.glob("*.java")) if sources is None else sources
+    classes, stamp = build / "classes", build / "classes.stamp"
     source_hash = _digest(*(s.read_bytes() for s in sources), jars.encode())
     if not (stamp.is_file() and stamp.read_text() == source_hash):
         shutil.rmtree(classes, ignore_errors=True)
