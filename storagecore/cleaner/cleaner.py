@@ -162,7 +162,7 @@ class Cleaner:
         end_offset = max(self.offset_map.latest_offset + 1, request.first_dirty_offset)
         stats.end_offset = end_offset
         stats.keys_in_map = self.offset_map.size
-        stats.map_slots = self.offset_map.slots
+        stats.map_slots = self.offset_map.budget_slots
         stats.map_complete_s = time.monotonic()
         segments = [s for s in log.segments[:-1] if s.base_offset < end_offset]
         groups = group_segments_by_size(
@@ -201,7 +201,8 @@ class Cleaner:
         actually put, and the round ends just after it.
         """
         offset_map = self.offset_map
-        offset_map.clear()
+        # The round puts at most one key per offset from start to the log end.
+        offset_map.clear(max_keys=log.log_end_offset - start)
         # Everything below ``start`` is already clean: a round whose dirty range is empty (run
         # to drop tombstones past their horizon) treats it as mapped.
         offset_map.update_latest_offset(start - 1)

@@ -252,6 +252,23 @@ def test_build_offset_map(tmp_path: Path, clock: ManualClock) -> None:
     assert stats.map_messages_read == 30
 
 
+def test_build_offset_map_probes_only_what_the_round_can_fill(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The map of a round is sized by the offsets it can walk (log end - start), not by the
+    whole budget, and still maps every key without filling."""
+    log = open_log(tmp_path, clock, LogConfig(cleanup_policy=("compact",)))
+    put_many(log, [(b"k%d" % i, b"v") for i in range(2000)])
+    log.roll()
+    offset_map = SkimpyOffsetMap(24 * 100_000)
+    cleaner = Cleaner(offset_map=offset_map)
+    stats = CleanerStats()
+    assert not cleaner.build_offset_map(log, 0, 2000, [], stats)
+    assert offset_map.capacity > 2000 and offset_map.slots < offset_map.budget_slots
+    assert offset_map.size == 2000 and offset_map.latest_offset == 1999
+    assert all(offset_map.get(b"k%d" % i) == i for i in range(2000))
+
+
 def test_build_partial_offset_map_stops_at_the_load_factor(
     tmp_path: Path, clock: ManualClock
 ) -> None:

@@ -34,6 +34,28 @@ def test_clear() -> None:
     assert offset_map.size == 0 and offset_map.get(b"3") == -1 and offset_map.latest_offset == -1
 
 
+def test_clear_sized_for_a_round_probes_a_prefix_that_cannot_fill() -> None:
+    """clear(max_keys): the probes cover just enough slots that max_keys distinct keys fit
+    below the capacity (the round ends where it would over the whole table), utilization
+    stays measured against the budget, and clear() without a bound probes the budget again."""
+    offset_map = SkimpyOffsetMap(100_000 * ENTRY_BYTES, load_factor=0.9)
+    assert offset_map.slots == offset_map.budget_slots == 100_000
+    for keys in (0, 1, 5000, 20_000):
+        offset_map.clear(max_keys=keys)
+        assert offset_map.capacity > keys
+        assert offset_map.slots < offset_map.budget_slots
+        for i in range(keys):
+            offset_map.put(b"key-%d" % i, i)
+        assert offset_map.size == keys < offset_map.capacity
+        assert all(offset_map.get(b"key-%d" % i) == i for i in range(keys))
+        assert offset_map.utilization == keys / 100_000
+    offset_map.clear(max_keys=10_000_000)  # more than the budget holds: the whole table
+    assert offset_map.slots == offset_map.budget_slots
+    offset_map.clear(max_keys=10)
+    offset_map.clear()
+    assert offset_map.slots == offset_map.budget_slots and offset_map.capacity == 90_000
+
+
 def test_fills_to_every_slot_then_refuses() -> None:
     offset_map = SkimpyOffsetMap(64 * ENTRY_BYTES, load_factor=1.0)
     for i in range(64):
