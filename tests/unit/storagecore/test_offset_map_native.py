@@ -97,6 +97,17 @@ def test_crc32c_matches_the_package(data: bytes) -> None:
     assert _native.crc32c(data) == crc32c_package.crc32c(data)
 
 
+@needs_native
+@pytest.mark.parametrize(
+    "length", [767, 768, 769, 775, 776, 1536, 24_575, 24_576, 24_577, 24_576 + 768, 100_003]
+)
+def test_crc32c_three_stream_boundaries(length: int) -> None:
+    """Around the sizes where the hardware path runs three streams of 256 or 8192 bytes."""
+    assert _native is not None
+    data = random.Random(length).randbytes(length)
+    assert _native.crc32c(data) == crc32c_package.crc32c(data)
+
+
 # -- the table after puts ------------------------------------------------------------------
 
 
