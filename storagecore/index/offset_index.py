@@ -7,6 +7,8 @@ or ``(base_offset, 0)``.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 from typing import Final, NamedTuple
 
@@ -68,6 +70,19 @@ class OffsetIndex(AbstractIndex):
         slot = self._smallest_upper_bound_slot(start + fetch_size, 1, relative=False)
         return None if slot < 0 else self.entry_at(slot)
 
+    def _entries_in_order(self, log_size_bytes: int | None) -> bool:
+        """The checks of sanity_check's entry loop over whole columns at C speed: True when
+        every entry passes (the loop then need not run; it names the first that fails)."""
+        words = self._entry_words("i")
+        relative, positions = words[0::2], words[1::2]
+        if not relative or relative[0] + self.base_offset <= -1 or positions[0] < -1:
+            return False
+        if not all(map(operator.lt, relative, itertools.islice(relative, 1, None))):
+            return False
+        if not all(map(operator.le, positions, itertools.islice(positions, 1, None))):
+            return False
+        return log_size_bytes is None or positions[-1] < max(log_size_bytes, 1)
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
         slot = self._largest_lower_bound_slot(offset, 0, relative=True)
@@ -88,6 +103,8 @@ class OffsetIndex(AbstractIndex):
                 f"{self.path}: last offset {self.last_offset} is below base offset "
                 f"{self.base_offset}"
             )
+        if self._entries_in_order(log_size_bytes):
+            return
         previous = OffsetPosition(-1, -1)
         for n in range(self.entries):
             current = self.entry_at(n)

@@ -7,6 +7,8 @@ kept free for the entry forced when the segment becomes inactive or closes.
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 from typing import Final, NamedTuple
 
@@ -73,6 +75,23 @@ class TimeIndex(AbstractIndex):
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return self.entry_at(slot)
 
+    def _entries_in_order(self) -> bool:
+        """The checks of sanity_check's entry loop over whole columns at C speed: True when
+        every entry passes (the loop then need not run; it names the first that fails)."""
+        signed, unsigned = self._entry_words("i"), self._entry_words("I")
+        if not signed:
+            return False
+        # A timestamp is its high word (signed) then its low word (unsigned): timestamps grow
+        # strictly when these pairs do.
+        timestamps = list(zip(signed[0::3], unsigned[1::3], strict=True))
+        relative = signed[2::3]
+        first_timestamp = signed[0] << 32 | unsigned[1]
+        if first_timestamp <= NO_TIMESTAMP - 1 or relative[0] + self.base_offset < -1:
+            return False
+        if not all(map(operator.lt, timestamps, itertools.islice(timestamps, 1, None))):
+            return False
+        return all(map(operator.le, relative, itertools.islice(relative, 1, None)))
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``."""
         kept = self.entries
@@ -97,6 +116,8 @@ class TimeIndex(AbstractIndex):
             raise CorruptIndexError(
                 f"{self.path}: entry for offset {last.offset} is past the segment end {next_offset}"
             )
+        if self._entries_in_order():
+            return
         previous = TimestampOffset(NO_TIMESTAMP - 1, -1)
         for n in range(self.entries):
             current = self.entry_at(n)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storagecore.errors import CorruptIndexError
 from storagecore.index import OffsetIndex, OffsetPosition
@@ -130,3 +133,36 @@ def test_resize_keeps_entries(tmp_path: Path) -> None:
     assert index.max_entries == 16 and index.entries == 5
     index.resize(8)  # never below the valid entries
     assert index.entries == 5 and index.lookup(BASE + 5).position == 50
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**31), 2**31 - 1)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(0, 2**31),
+)
+def test_sanity_check_of_whole_columns_matches_the_entry_loop(
+    tmp_path_factory: pytest.TempPathFactory, raw: list[tuple[int, int]], log_size: int
+) -> None:
+    """The column check (C speed) and the per-entry rule agree on every file: an index whose
+    entries break the order anywhere, or point past the log, is rejected."""
+    path = tmp_path_factory.mktemp("idx") / "00000000000000000045.index"
+    path.write_bytes(b"".join(struct.pack(">ii", r, p) for r, p in raw))
+    index = OffsetIndex(path, BASE, len(raw) * 8, writable=False)
+    offsets = [BASE + r for r, _ in raw]
+    positions = [p for _, p in raw]
+    valid = (
+        offsets[-1] >= BASE
+        and all(b > a for a, b in zip([-1, *offsets], offsets, strict=False))
+        and all(b >= a for a, b in zip([-1, *positions], positions, strict=False))
+        and all(p < max(log_size, 1) for p in positions)
+    )
+    if valid:
+        index.sanity_check(log_size)
+    else:
+        with pytest.raises(CorruptIndexError):
+            index.sanity_check(log_size)
+    index.close_without_trim()

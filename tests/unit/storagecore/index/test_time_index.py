@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storagecore.errors import CorruptIndexError
 from storagecore.index import TimeIndex, TimestampOffset
@@ -84,3 +87,43 @@ def test_resize_and_reopen(tmp_path: Path) -> None:
     reopened = make(tmp_path)
     assert reopened.entries == 1 and reopened.max_entries == MAX_ENTRIES
     assert reopened.last_entry == TimestampOffset(100, BASE + 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_sanity_check_of_whole_columns_matches_the_entry_loop(
+    tmp_path_factory: pytest.TempPathFactory, raw: list[tuple[int, int]]
+) -> None:
+    """The column check (C speed) and the per-entry rule agree on every file, including an
+    entry out of order between a first and a last that are in order."""
+    path = tmp_path_factory.mktemp("idx") / "00000000000000000045.timeindex"
+    path.write_bytes(b"".join(struct.pack(">qi", t, r) for t, r in raw))
+    index = TimeIndex(path, BASE, len(raw) * 12, writable=False)
+    timestamps = [t for t, _ in raw]
+    offsets = [BASE + r for _, r in raw]
+    valid = (
+        timestamps[-1] >= timestamps[0]
+        and offsets[-1] >= BASE
+        and all(b > a for a, b in zip([-2, *timestamps], timestamps, strict=False))
+        and all(b >= a for a, b in zip([-1, *offsets], offsets, strict=False))
+    )
+    if valid:
+        index.sanity_check()
+    else:
+        with pytest.raises(CorruptIndexError):
+            index.sanity_check()
+    index.close_without_trim()
+
+
+def test_sanity_check_finds_an_entry_out_of_order_in_the_middle(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000045.timeindex"
+    entries = [(100, 1), (300, 2), (200, 3), (400, 4)]
+    path.write_bytes(b"".join(struct.pack(">qi", t, r) for t, r in entries))
+    with pytest.raises(CorruptIndexError, match="entry 2 .* does not follow"):
+        TimeIndex(path, BASE, len(entries) * 12, writable=False).sanity_check()
