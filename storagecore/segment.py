@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,6 +54,16 @@ class FetchData:
     next_offset: int = -1
     #: The same bytes as a zero-copy region instead (``records`` is then empty).
     region: FileRegion | None = None
+
+
+class AppendedChunk(NamedTuple):
+    """One chunk of :meth:`LogSegment.append_chunks`: the arguments of one :meth:`~LogSegment.
+    append`, with where its records end."""
+
+    end: int
+    largest_offset: int
+    largest_timestamp: int
+    shallow_offset_of_max_timestamp: int
 
 
 class LogSegment:
@@ -207,6 +217,40 @@ class LogSegment:
             )
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += len(records)
+        self._next_offset = largest_offset + 1
+
+    def append_chunks(
+        self, records: bytes | bytearray | memoryview, chunks: Sequence[AppendedChunk]
+    ) -> None:
+        """:meth:`append` of each chunk of ``records`` in turn (chunk ``i`` ends at
+        ``chunks[i].end``; the last ends at ``len(records)``), with one write: the cleaner's
+        output of a whole region. The segment and its indexes end as after those appends."""
+        if not records:
+            return
+        assert chunks and chunks[-1].end == len(records), "chunks must cover records"
+        largest_offset = chunks[-1].largest_offset
+        if not self.can_convert_to_relative_offset(largest_offset):
+            raise SegmentOffsetOverflowError(
+                f"{self.log.path}: offset {largest_offset} cannot be stored relative to base "
+                f"offset {self.base_offset}"
+            )
+        first_position = self.log.append(records)
+        start = 0
+        for end, chunk_offset, largest_timestamp, offset_of_max_timestamp in chunks:
+            physical_position = first_position + start
+            if physical_position == 0:
+                self.rolling_based_timestamp = largest_timestamp
+            if largest_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = largest_timestamp
+                self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(chunk_offset, physical_position)
+                self.time_index.maybe_append(
+                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                )
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += end - start
+            start = end
         self._next_offset = largest_offset + 1
 
     # -- read --------------------------------------------------------------------------------

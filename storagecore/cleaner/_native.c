@@ -130,6 +130,9 @@ static int view_region_batch(PyThreadState **save, const codecs_t *codecs, const
     return 0;
 }
 
+/* RecordBatch.NO_TIMESTAMP. */
+#define NO_TIMESTAMP (-1)
+
 /* Why a region call returned. */
 enum { STOP_END = 0, STOP_BATCH = 1, STOP_FULL = 2 };
 
@@ -275,14 +278,21 @@ static int out_reserve(out_t *o, size_t more) {
 }
 
 /* filter_region(table, slots, latest_offset, secret, region, now_ms, new_horizon_ms,
- *               upper_bound, producers, decompressors, compressors)
- *   -> (output, batch_ends, consumed, batches, messages_read, messages_written, invalid,
+ *               upper_bound, producers, decompressors, compressors, chunk)
+ *   -> (output, chunks, chunk, consumed, batches, messages_read, messages_written, invalid,
  *       verbatim, rebuilt, next_horizon_ms, stop, lookups, probes, last_offset)
  *
  * Cleaner._filter_batch over the leading plain batches of region: output is what the
- * reference would append, batch by batch; batch_ends holds, per batch written, int64 triples
- * (end position in output, last offset, max timestamp) in native byte order, for the caller's
- * index-interval chunking. next_horizon_ms is the earliest delete horizon of a kept tombstone
+ * reference would append, batch by batch, cut into the chunks the caller appends to the
+ * cleaned segment (cleaner.py's _Output, one LogSegment.append each, so that the offset index
+ * is as dense as one written by appends): chunk is its state, a tuple (flush_bytes, pending,
+ * last_offset, max_timestamp, offset_of_max_timestamp): a chunk is complete when its pending
+ * bytes reach flush_bytes (>= 1); pending bytes were already written before this region's
+ * output, into the chunk that the region's output continues; its last offset, and its max
+ * timestamp and the offset of the batch that first reached it (-1: none yet). chunks holds,
+ * per chunk completed inside output, int64 quads (end position in output, last offset, max
+ * timestamp, offset of max timestamp) in native byte order; the returned chunk is the state
+ * after output, whose bytes after the last quad's end are pending. next_horizon_ms is the earliest delete horizon of a kept tombstone
  * (None when none). decompressors and compressors: None (compressed batches are not plain) or,
  * by codec id, the callables the reference decompresses a batch's records and compresses a
  * rebuilt batch's kept records with. stop is STOP_END or STOP_BATCH as for map_region; a batch
@@ -293,9 +303,11 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
     Py_ssize_t slots;
     long long latest_offset, now_ms, new_horizon_ms, upper_bound;
     PyObject *decompressors, *compressors;
-    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*OO", &table, &slots, &latest_offset, &secret,
-                          &region, &now_ms, &new_horizon_ms, &upper_bound, &producers,
-                          &decompressors, &compressors))
+    long long flush_bytes, pending, chunk_last, chunk_max, chunk_of_max;
+    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*OO(LLLLL)", &table, &slots, &latest_offset,
+                          &secret, &region, &now_ms, &new_horizon_ms, &upper_bound, &producers,
+                          &decompressors, &compressors, &flush_bytes, &pending, &chunk_last,
+                          &chunk_max, &chunk_of_max))
         return NULL;
     PyObject *result = NULL, *records_held = NULL, *compressed_held = NULL;
     offset_map_t map;
@@ -307,6 +319,10 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
     if (open_codecs(decompressors, &unpack) < 0 || open_codecs(compressors, &pack) < 0) goto done;
     for (Py_ssize_t id = 1; id < CODEC_IDS; id++) {
         if (pack.fn[id] == NULL) unpack.fn[id] = NULL; /* a codec is plain with both ways only */
+    }
+    if (flush_bytes < 1 || pending < 0) {
+        PyErr_SetString(PyExc_ValueError, "chunk: flush_bytes >= 1 and pending >= 0");
+        goto done;
     }
     if (producers.len % 16 != 0) {
         PyErr_SetString(PyExc_ValueError, "producers must be int64 pairs");
@@ -341,7 +357,7 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
          * records before compression. */
         size_t room = filter_room(&view) + (size_t)batch_size;
         if (scratch_reserve(&scratch, view.count) < 0 || out_reserve(&out, room) < 0 ||
-            out_reserve(&ends, 3 * sizeof(int64_t)) < 0 ||
+            out_reserve(&ends, 4 * sizeof(int64_t)) < 0 ||
             (codec != 0 && out_reserve(&raw, filter_room(&view)) < 0)) {
             oom = 1;
             break;
@@ -401,6 +417,7 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
             if (due < next_horizon) next_horizon = due;
         }
         int64_t max_timestamp = view.max_timestamp;
+        size_t used_before = out.used;
         if (f.kept > 0 && f.out_bytes == 0) {
             memcpy(out.data + out.used, b, (size_t)batch_size);
             out.used += (size_t)batch_size;
@@ -413,9 +430,21 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
             written += f.kept;
         }
         if (f.kept > 0) {
-            int64_t triple[3] = {(int64_t)out.used, batch_last, max_timestamp};
-            memcpy(ends.data + ends.used, triple, sizeof(triple));
-            ends.used += sizeof(triple);
+            /* _Output.add of the batch. */
+            pending += (long long)(out.used - used_before);
+            chunk_last = batch_last;
+            if (max_timestamp > chunk_max || chunk_of_max < 0) {
+                if (max_timestamp > chunk_max) chunk_max = max_timestamp;
+                chunk_of_max = batch_last;
+            }
+            if (pending >= flush_bytes) {
+                int64_t quad[4] = {(int64_t)out.used, chunk_last, chunk_max, chunk_of_max};
+                memcpy(ends.data + ends.used, quad, sizeof(quad));
+                ends.used += sizeof(quad);
+                pending = 0;
+                chunk_max = NO_TIMESTAMP;
+                chunk_of_max = -1;
+            }
         }
         last_offset = batch_last;
         pos += batch_size;
@@ -430,17 +459,17 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
         goto done;
     }
     PyObject *output = PyBytes_FromStringAndSize((const char *)out.data, (Py_ssize_t)out.used);
-    PyObject *batch_ends =
-        PyBytes_FromStringAndSize((const char *)ends.data, (Py_ssize_t)ends.used);
+    PyObject *chunks = PyBytes_FromStringAndSize((const char *)ends.data, (Py_ssize_t)ends.used);
     PyObject *horizon = next_horizon == INT64_MAX ? Py_NewRef(Py_None)
                                                   : PyLong_FromLongLong(next_horizon);
-    if (output != NULL && batch_ends != NULL && horizon != NULL) {
-        result = Py_BuildValue("OOnnnnnnnOiKKL", output, batch_ends, pos, batches, read, written,
+    if (output != NULL && chunks != NULL && horizon != NULL) {
+        result = Py_BuildValue("OO(LLLLL)nnnnnnnOiKKL", output, chunks, flush_bytes, pending,
+                               chunk_last, chunk_max, chunk_of_max, pos, batches, read, written,
                                invalid, verbatim, rebuilt, horizon, stop, map.lookups,
                                map.probes, (long long)last_offset);
     }
     Py_XDECREF(output);
-    Py_XDECREF(batch_ends);
+    Py_XDECREF(chunks);
     Py_XDECREF(horizon);
 done:
     scratch_free(&scratch);

@@ -70,8 +70,25 @@ def filter_region(
     producers: Buffer,
     decompressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
     compressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
+    chunk: tuple[int, int, int, int, int],
     /,
-) -> tuple[bytes, bytes, int, int, int, int, int, int, int, int | None, int, int, int, int]: ...
+) -> tuple[
+    bytes,
+    bytes,
+    tuple[int, int, int, int, int],
+    int,
+    int,
+    int,
+    int,
+    int,
+    int,
+    int,
+    int | None,
+    int,
+    int,
+    int,
+    int,
+]: ...
 def put_keys(
     table: Buffer,
     slots: int,

@@ -32,8 +32,10 @@ from pathlib import Path
 from storagecore import files
 from storagecore.cleaner.grouping import group_segments_by_size
 from storagecore.cleaner.offset_map import (
+    CHUNK_END,
     FilteredRecords,
     FilteredRegion,
+    OutputChunk,
     RegionStop,
     SkimpyOffsetMap,
     producer_pairs,
@@ -52,7 +54,7 @@ from storagecore.records.memory_records_builder import (
     rebuild_batch,
     rebuild_batch_from_payload,
 )
-from storagecore.segment import LogSegment
+from storagecore.segment import AppendedChunk, LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type_of
 
 logger = logging.getLogger(__name__)
@@ -102,14 +104,42 @@ class _Output:
         if self._pending >= self._flush_bytes:
             self.flush()
 
-    def add_run(self, data: bytes, batch_ends: Sequence[tuple[int, int, int]]) -> None:
-        """Batches written back to back into ``data`` (a region's output), each ending at
-        its end position, with its last offset and max timestamp: as many :meth:`add` calls."""
-        view = memoryview(data)
-        start = 0
-        for end, last_offset, max_timestamp in batch_ends:
-            self.add(view[start:end], last_offset, max_timestamp)
-            start = end
+    @property
+    def chunk(self) -> OutputChunk:
+        """The chunk being filled, as :meth:`SkimpyOffsetMap.filter_region` continues it."""
+        return OutputChunk(
+            self._flush_bytes,
+            self._pending,
+            self._last_offset,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+        )
+
+    def add_region(self, filtered: FilteredRegion) -> None:
+        """A region's output, cut into chunks by the engine as :meth:`add` would cut its
+        batches: every chunk it completed goes to the segment in one write (with the
+        pending bytes before it), the rest stays pending."""
+        data = filtered.output
+        chunks = filtered.chunks
+        if chunks:
+            ends = list(CHUNK_END.iter_unpack(chunks))
+            done = ends[-1][0]
+            head = self._pending
+            self._parts.append(memoryview(data)[:done])
+            joined = b"".join(self._parts)
+            self.segment.append_chunks(
+                joined, [AppendedChunk(end + head, *rest) for end, *rest in ends]
+            )
+            self._throttle(len(joined))
+            self.bytes_written += len(joined)
+            self._parts = [memoryview(data)[done:]] if done < len(data) else []
+        elif data:
+            self._parts.append(data)
+        after = filtered.chunk
+        self._pending = after.pending
+        self._last_offset = after.last_offset
+        self._max_timestamp = after.max_timestamp
+        self._offset_of_max_timestamp = after.offset_of_max_timestamp
 
     def flush(self) -> None:
         if not self._parts:
@@ -350,13 +380,13 @@ class Cleaner:
                         None
                         if region is None
                         else self.offset_map.filter_region(
-                            region, now_ms, horizon, upper_bound, pairs
+                            region, now_ms, horizon, upper_bound, pairs, chunk=output.chunk
                         )
                     )
                     if filtered is not None:
                         walk.advance(filtered.consumed_bytes)
                         _account_region(filtered, stats)
-                        output.add_run(filtered.output, filtered.batch_ends)
+                        output.add_region(filtered)
                         if filtered.last_offset >= 0:
                             txns.on_plain_batches(filtered.last_offset)
                         self._throttle(filtered.consumed_bytes)

@@ -40,7 +40,7 @@ import mmap
 import os
 import struct
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
 from storagecore.cleaner.siphash import C_ROUNDS, D_ROUNDS, SECRET_BYTES, siphash128
 from storagecore.native import load_extension
@@ -313,22 +313,24 @@ class SkimpyOffsetMap:
         new_horizon_ms: int,
         upper_bound: int,
         producers: bytes,
+        *,
+        chunk: OutputChunk,
     ) -> FilteredRegion | None:
         """The cleaner's filter over the leading plain batches of ``region``; ``producers``
-        from :func:`producer_pairs`. None without the engine."""
+        from :func:`producer_pairs`; ``chunk``: the state of the output chunk the region's
+        output continues (see :class:`OutputChunk`). None without the engine."""
         if self._native is None:
             return None
-        (output, ends, consumed, batches, read, written, invalid, verbatim, rebuilt, horizon,
-         stop, lookups, probes, last_offset) = self._native.filter_region(
+        (output, chunks, after, consumed, batches, read, written, invalid, verbatim, rebuilt,
+         horizon, stop, lookups, probes, last_offset) = self._native.filter_region(
             self._probed, self.slots, self.latest_offset, self.secret, region, now_ms,
-            new_horizon_ms, upper_bound, producers, DECOMPRESSORS, COMPRESSORS,
+            new_horizon_ms, upper_bound, producers, DECOMPRESSORS, COMPRESSORS, chunk,
         )  # fmt: skip
         self.lookups += lookups
         self.probes += probes
-        ends_triples = tuple(_TRIPLE.iter_unpack(ends))
         return FilteredRegion(
-            output, ends_triples, consumed, batches, read, written, invalid, verbatim, rebuilt,
-            horizon, RegionStop(stop), last_offset,
+            output, chunks, OutputChunk(*after), consumed, batches, read, written, invalid,
+            verbatim, rebuilt, horizon, RegionStop(stop), last_offset,
         )  # fmt: skip
 
     def update_latest_offset(self, offset: int) -> None:
@@ -386,13 +388,30 @@ class MappedRegion:
     """Last offset of the last whole batch taken, -1 when none."""
 
 
+class OutputChunk(NamedTuple):
+    """The cleaned output's chunk being filled: one LogSegment.append each when complete, so
+    that the cleaned segment's offset index is as dense as one written by appends."""
+
+    flush_bytes: int
+    """A chunk is complete when it holds at least this many bytes (>= 1)."""
+    pending: int
+    """Bytes in the chunk so far."""
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    """Last offset of the batch that first reached ``max_timestamp`` (-1: no batch yet)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class FilteredRegion:
     """What :meth:`SkimpyOffsetMap.filter_region` took and wrote."""
 
     output: bytes
-    #: Per batch written: (end position in output, last offset, max timestamp).
-    batch_ends: tuple[tuple[int, int, int], ...]
+    #: Per chunk completed inside ``output``: int64 quads (end position in output, last offset,
+    #: max timestamp, offset of max timestamp) in native byte order (:data:`CHUNK_END`).
+    chunks: bytes
+    #: The chunk after ``output``, whose bytes after the last complete chunk are pending.
+    chunk: OutputChunk
     consumed_bytes: int
     batches: int
     messages_read: int
@@ -405,7 +424,8 @@ class FilteredRegion:
     last_offset: int
 
 
-_TRIPLE: Final = struct.Struct("=qqq")
+#: One complete chunk of a region's output (see :attr:`FilteredRegion.chunks`).
+CHUNK_END: Final = struct.Struct("=qqqq")
 _PAIR: Final = struct.Struct("=qq")
 
 
