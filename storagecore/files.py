@@ -6,8 +6,8 @@ numerically. Temporary suffixes are appended to the whole name (``...0.log.clean
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from pathlib import Path
 from typing import Final
 
@@ -104,7 +104,8 @@ def parse_partition_dir_name(name: str) -> TopicPartition:
 
 def delete_dir_name(tp: TopicPartition) -> str:
     """``<topic>-<p>.<uuid>-delete``, the topic cut so that the name stays within 255 bytes."""
-    suffix = f"-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    # What uuid4().hex is, without importing uuid (and platform with it) at every start.
+    suffix = f"-{tp.partition}.{os.urandom(16).hex()}{DELETE_DIR_SUFFIX}"
     return tp.topic[: _MAX_DIR_NAME - len(suffix)] + suffix
 
 

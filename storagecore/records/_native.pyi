@@ -34,6 +34,9 @@ CONTROL_FLAG_MASK: int
 DELETE_HORIZON_FLAG_MASK: int
 MIN_DECLARED_BATCH_LENGTH: int
 
+def crc32c(data: bytes | bytearray | memoryview, /) -> int:
+    """CRC-32C (Castagnoli) as an unsigned 32-bit int."""
+
 def scan_records(
     payload: bytes | bytearray | memoryview, count: int, base_timestamp: int, /
 ) -> tuple[str | None, int, int, int, bool]:

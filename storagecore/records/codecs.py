@@ -20,7 +20,6 @@ import struct
 import zlib
 from typing import Final
 
-import cramjam
 import lz4.frame
 import zstandard
 
@@ -87,6 +86,8 @@ def compress(codec: Compression, data: bytes | memoryview, level: int | None = N
         compressor = zlib.compressobj(gzip_level, zlib.DEFLATED, 31)  # 31: gzip header/trailer
         return compressor.compress(data) + compressor.flush()
     if codec is Compression.SNAPPY:
+        import cramjam  # noqa: PLC0415 - on first use: its import is 5 ms of every start
+
         parts = [_XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1)]
         for start in range(0, len(data), _XERIAL_BLOCK_INPUT_BYTES):
             block = bytes(
@@ -161,6 +162,8 @@ def _gunzip(data: bytes, max_output_bytes: int) -> bytes:
 
 
 def _unsnappy(data: bytes, max_output_bytes: int) -> bytes:
+    import cramjam  # noqa: PLC0415 - on first use: its import is 5 ms of every start
+
     if not data.startswith(_XERIAL_MAGIC):
         out = bytes(cramjam.snappy.decompress_raw(data))
         _check_size("snappy", len(out), max_output_bytes)
