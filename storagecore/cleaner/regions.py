@@ -54,12 +54,28 @@ class SegmentWalk:
         self.position = position
         self.end = segment.log.size_bytes
         self._mapped = memoryview(b"")
+        self._mapping: mmap.mmap | None = None
+        # Invariant: the pages below _released (page-aligned) are behind the cursor and were
+        # dropped from this process's page tables.
+        self._released = position - position % mmap.PAGESIZE
         if self.end > position:
             mapping = mmap.mmap(self.file.fd, self.end, access=mmap.ACCESS_READ)
             mapping.madvise(mmap.MADV_SEQUENTIAL)
             # Views of it may outlive the walk (a batch waiting in the cleaner's output):
             # the mapping is released when the last one goes.
             self._mapped = memoryview(mapping)
+            self._mapping = mapping
+
+    def _release_behind(self) -> None:
+        """Drop the mapped pages behind the cursor from this process's page tables, a region
+        at a time: mapped file pages count in the resident set, and a pass over a segment
+        would otherwise hold all of it (the peak RSS bound is dedupe buffer + 64 MiB). The
+        page cache keeps them; a view still held (a batch in the cleaner's output) faults
+        them back in from it, so what it reads is unchanged."""
+        behind = self.position - self.position % mmap.PAGESIZE
+        if self._mapping is not None and behind - self._released >= REGION_BYTES:
+            self._mapping.madvise(mmap.MADV_DONTNEED, self._released, behind - self._released)
+            self._released = behind
 
     def _view(self, size: int) -> memoryview:
         """``size`` bytes from the cursor (fewer only at the end of the file)."""
@@ -75,6 +91,7 @@ class SegmentWalk:
         """``size`` bytes were taken by a region call."""
         assert 0 <= size <= self.end - self.position
         self.position += size
+        self._release_behind()
 
     def next_batch(self) -> tuple[int, RecordBatch] | None:
         """(position, batch) of the next batch, validated; None at the end of the segment."""
@@ -107,6 +124,7 @@ class SegmentWalk:
                 f"{self.tp}: {self.file.path} at position {position}: {exc}"
             ) from exc
         self.position += size
+        self._release_behind()
         return position, batch
 
     @contextlib.contextmanager
