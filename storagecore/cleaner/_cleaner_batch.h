@@ -63,29 +63,29 @@ static int64_t map_get(offset_map_t *map, const uint8_t *digest) {
 }
 /* ---- digests and probes, a batch at a time ----------------------------------------------- */
 
-/* The digest of every wanted record's key. Returns the number of wanted records, whose
- * indexes are written to wanted[]. */
-static Py_ssize_t digest_keys(record_t *records, Py_ssize_t count, Py_ssize_t *wanted,
-                              sip_key_t key) {
+/* The indexes of the wanted records, in order, into wanted[]; returns how many. */
+static Py_ssize_t collect_wanted(const record_t *records, Py_ssize_t count, Py_ssize_t *wanted) {
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        record_t *r = &records[i];
-        if (!r->wanted) continue;
-        wanted[n++] = i;
-        siphash128(r->key, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, r->digest);
+        if (records[i].wanted) wanted[n++] = i;
     }
     return n;
 }
 
-/* How many wanted records ahead the first slot is prefetched: the map is large and its slots
- * are visited at random, so each probe would otherwise wait for memory. */
+/* How many wanted records ahead of its probe a key is digested and its first slot prefetched:
+ * the map is large and its slots are visited at random, so each probe would otherwise wait for
+ * memory; digesting the later keys in between gives the prefetch that time. */
 #define PREFETCH_DISTANCE 16
 
-static inline void prefetch_slot(const offset_map_t *map, const record_t *records,
-                                 const Py_ssize_t *wanted, Py_ssize_t n, Py_ssize_t k) {
+/* Digest the k-th wanted record's key (when there is one) and prefetch its first slot. Every
+ * wanted record is digested this way, in order, before its probe. */
+static inline void digest_and_prefetch(const offset_map_t *map, record_t *records,
+                                       const Py_ssize_t *wanted, Py_ssize_t n, Py_ssize_t k,
+                                       sip_key_t key) {
     if (k < n) {
-        const uint8_t *digest = records[wanted[k]].digest;
-        __builtin_prefetch(map->table + slot_of(digest, map->slots, 0) * ENTRY_BYTES);
+        record_t *r = &records[wanted[k]];
+        siphash128(r->key, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, r->digest);
+        __builtin_prefetch(map->table + slot_of(r->digest, map->slots, 0) * ENTRY_BYTES);
     }
 }
 /* ---- one batch --------------------------------------------------------------------------- */
@@ -184,12 +184,14 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
     for (Py_ssize_t i = 0; i < count; i++) {
         records[i].wanted = records[i].key_length >= 0 && records[i].offset >= start;
     }
-    Py_ssize_t n = digest_keys(records, count, s->wanted, key), k = 0;
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) prefetch_slot(map, records, s->wanted, n, q);
+    Py_ssize_t n = collect_wanted(records, count, s->wanted), k = 0;
+    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
+        digest_and_prefetch(map, records, s->wanted, n, q, key);
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
         if (r->wanted) {
-            prefetch_slot(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE);
+            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key);
             if (p->size >= p->capacity) {
                 p->full = 1;
                 return 0;
@@ -266,8 +268,10 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
     for (Py_ssize_t i = 0; i < count; i++) {
         records[i].wanted = records[i].offset <= latest_offset && records[i].key_length >= 0;
     }
-    Py_ssize_t n = digest_keys(records, count, s->wanted, key), k = 0;
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) prefetch_slot(map, records, s->wanted, n, q);
+    Py_ssize_t n = collect_wanted(records, count, s->wanted), k = 0;
+    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
+        digest_and_prefetch(map, records, s->wanted, n, q, key);
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
         int keep;
@@ -277,7 +281,7 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             f->invalid++;
             keep = 0;
         } else {
-            prefetch_slot(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE);
+            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key);
             if (r->offset < map_get(map, r->digest)) {
                 keep = 0; /* a later record has this key */
             } else if (r->value_length >= 0) {
