@@ -45,6 +45,7 @@ setup(
                 "storagecore/cleaner/_siphash.h",
                 "storagecore/cleaner/_cleaner_records.h",
                 "storagecore/cleaner/_cleaner_batch.h",
+                "storagecore/cleaner/_cleaner_region.h",
             ],
             extra_compile_args=["-O3", "-Wall", "-Werror"],
         ),

@@ -39,96 +39,9 @@
 #include <string.h>
 
 #include "_cleaner_batch.h"
+#include "_cleaner_region.h"
 
 /* ---- regions: many batches, one call ----------------------------------------------------- */
-
-/* A region call's codecs, by codec id: the callables of a 5-tuple (index 0 unused) or none. */
-#define CODEC_IDS 5
-typedef struct {
-    PyObject *fn[CODEC_IDS];
-} codecs_t;
-
-/* 0 when codecs is None or a 5-tuple of callables or None; -1 with an exception set. */
-static int open_codecs(PyObject *codecs, codecs_t *table) {
-    memset(table, 0, sizeof(*table));
-    if (codecs == Py_None) return 0;
-    if (!PyTuple_Check(codecs) || PyTuple_GET_SIZE(codecs) != CODEC_IDS) {
-        PyErr_SetString(PyExc_TypeError, "codecs must be None or a tuple of 5, by codec id");
-        return -1;
-    }
-    for (Py_ssize_t id = 1; id < CODEC_IDS; id++) {
-        PyObject *fn = PyTuple_GET_ITEM(codecs, id);
-        if (fn == Py_None) continue;
-        if (!PyCallable_Check(fn)) {
-            PyErr_Format(PyExc_TypeError, "codec %zd of codecs is not callable", id);
-            return -1;
-        }
-        table->fn[id] = fn;
-    }
-    return 0;
-}
-
-/* With the GIL held: fn(memoryview of data[:size]) as a new bytes reference. NULL with no
- * exception set when it raised an Exception or answered something else (the per-batch path
- * then takes the batch and raises the reference's error); NULL with the exception kept for
- * what is not an Exception (KeyboardInterrupt, SystemExit), which *raised is set for. The
- * memoryview does not own the region: the codecs are storagecore's own, which keep no view. */
-static PyObject *call_codec(PyObject *fn, const uint8_t *data, Py_ssize_t size, int *raised) {
-    PyObject *view = PyMemoryView_FromMemory((char *)data, size, PyBUF_READ);
-    PyObject *answer = view == NULL ? NULL : PyObject_CallOneArg(fn, view);
-    Py_XDECREF(view);
-    if (answer != NULL && PyBytes_Check(answer)) return answer;
-    Py_XDECREF(answer);
-    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
-        *raised = 1;
-    } else {
-        PyErr_Clear();
-    }
-    return NULL;
-}
-
-/* Size of the batch at b when it is complete within avail bytes, valid as RecordBatch.validate
- * checks it (declared length, magic, CRC-32C, counts) and plain (not control, not
- * transactional, uncompressed or compressed with a codec in codecs); 0 when the region ends
- * before the batch does; -1 when the caller's per-batch path must take it (it raises the
- * reference's error for an invalid one). */
-static Py_ssize_t plain_batch(const uint8_t *b, Py_ssize_t avail, const codecs_t *codecs) {
-    if (avail < LOG_OVERHEAD) return 0;
-    int32_t length = get32(b + LENGTH_OFFSET);
-    if (length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD) return -1;
-    Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
-    if (size > avail) return 0;
-    if (b[MAGIC_OFFSET] != CURRENT_MAGIC) return -1;
-    int attributes = get16(b + ATTRIBUTES_OFFSET);
-    if (attributes & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) return -1;
-    int codec = attributes & CODEC_MASK;
-    if (codec != 0 && (codec >= CODEC_IDS || codecs->fn[codec] == NULL)) return -1;
-    if (get32(b + RECORDS_COUNT_OFFSET) < 0 || get32(b + LAST_OFFSET_DELTA_OFFSET) < 0) return -1;
-    uint32_t stored = (uint32_t)get32(b + CRC_OFFSET);
-    if (crc32c(b + ATTRIBUTES_OFFSET, (size_t)(size - ATTRIBUTES_OFFSET)) != stored) return -1;
-    return size;
-}
-
-/* The view of a plain batch at b (see plain_batch) inside a region call, whose thread state is
- * *save (the GIL released): a compressed one's records decompressed by its codec, with the GIL
- * taken for the call; *held keeps them (and is released at the next call, or by the caller).
- * -1 when the codec failed (*raised set for what must propagate): the per-batch path takes it. */
-static int view_region_batch(PyThreadState **save, const codecs_t *codecs, const uint8_t *b,
-                             Py_ssize_t size, PyObject **held, int *raised, batch_view_t *view) {
-    int codec = get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK;
-    if (codec == 0) {
-        view_batch(b, size, NULL, 0, view);
-        return 0;
-    }
-    PyEval_RestoreThread(*save);
-    Py_XDECREF(*held);
-    *held = call_codec(codecs->fn[codec], b + RECORD_BATCH_OVERHEAD, size - RECORD_BATCH_OVERHEAD,
-                       raised);
-    *save = PyEval_SaveThread();
-    if (*held == NULL) return -1;
-    view_batch(b, size, (const uint8_t *)PyBytes_AS_STRING(*held), PyBytes_GET_SIZE(*held), view);
-    return 0;
-}
 
 /* RecordBatch.NO_TIMESTAMP. */
 #define NO_TIMESTAMP (-1)
