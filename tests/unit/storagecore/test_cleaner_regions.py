@@ -44,7 +44,7 @@ def test_a_walk_keeps_about_one_region_of_the_segment_resident(tmp_path: Path) -
     kept = bytes(first_batch.buffer)
     peak_kib = 0
     batches = 1
-    while (taken := walk.next_batch()) is not None:
+    while walk.next_batch() is not None:
         batches += 1
         if batches % 50 == 0:
             peak_kib = max(peak_kib, _resident_kib_of(segment.log.path))
