@@ -267,6 +267,7 @@ def test_build_offset_map_probes_only_what_the_round_can_fill(
     assert offset_map.capacity > 2000 and offset_map.slots < offset_map.budget_slots
     assert offset_map.size == 2000 and offset_map.latest_offset == 1999
     assert all(offset_map.get(b"k%d" % i) == i for i in range(2000))
+    log.close()
 
 
 def test_build_partial_offset_map_stops_at_the_load_factor(
