@@ -2,7 +2,8 @@
 
 A text-mode ``for line in sys.stdin`` blocks until a line (and with buffering, a whole chunk)
 arrives, so a producer could not append a lingering batch while ``tail -f`` is quiet. This
-reader waits with ``select`` (which, unlike epoll, also accepts regular files: always ready),
+reader waits with ``poll`` (which, unlike epoll, also accepts regular files: always ready; and
+unlike ``select``, descriptors numbered 1024 and above),
 reads what is there with one ``os.read`` and returns the complete lines. A second descriptor
 (the signal wake-up pipe) ends a wait early.
 """
@@ -35,9 +36,11 @@ class LineReader:
 
     def poll(self, timeout_ms: int | None) -> list[tuple[int, bytes]]:
         assert not self.eof, "poll after end of input"
-        watched = [self._fd] if self._wake_fd is None else [self._fd, self._wake_fd]
-        timeout_s = None if timeout_ms is None else timeout_ms / 1000
-        ready, _, _ = select.select(watched, [], [], timeout_s)
+        poller = select.poll()
+        for fd in (self._fd, self._wake_fd):
+            if fd is not None:
+                poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        ready = {fd for fd, _ in poller.poll(timeout_ms)}
         if self._wake_fd is not None and self._wake_fd in ready:
             # Drained; the caller checks why it was woken.
             with contextlib.suppress(BlockingIOError):

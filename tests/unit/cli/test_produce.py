@@ -137,3 +137,27 @@ def test_loop_appends_the_lines_before_a_bad_line_and_names_it(tmp_path: Path) -
     assert "stdin lines 1-2 were appended (offsets 0-1), nothing after them" in str(raised.value)
     with LogManager([tmp_path]) as manager:
         assert manager.get_log(TP).log_end_offset == 2
+
+
+def test_line_reader_takes_descriptors_above_1023() -> None:
+    """select() cannot watch a descriptor numbered 1024 or more; a process holding many open
+    segment files gets such numbers for its pipes."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.fail(f"the open-files hard limit {hard} is below what this test needs")
+    if soft != resource.RLIM_INFINITY and soft < 1100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1100, hard))
+    read_end, write_end = os.pipe()
+    high = os.dup2(read_end, 1050)
+    try:
+        os.write(write_end, b"one\ntwo\n")
+        reader = LineReader(high)
+        assert reader.poll(1000) == [(1, b"one"), (2, b"two")]
+        os.close(write_end)
+        assert reader.poll(1000) == [] and reader.eof
+    finally:
+        for fd in (read_end, high):
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
