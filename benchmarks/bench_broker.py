@@ -36,8 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.kafka_support import maven  # noqa: E402
-from tests.kafka_support.broker import KafkaBroker  # noqa: E402
+from tests.kafka_support import maven
+from tests.kafka_support.broker import KafkaBroker
 
 JAVA_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC")
 TOPICS = ("java-1k", "kcat-100", "kcat-1k")
