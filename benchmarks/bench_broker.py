@@ -207,7 +207,9 @@ def main() -> None:
     # SIGTERM (a timeout's) runs the finally below: no broker JVM or worker left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     jars = maven.classpath()
-    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="bench-broker-", dir=os.environ.get("BENCH_DIR")
+    ) as tmp:
         root = Path(tmp)
         broker = KafkaBroker(root / "broker")
         worker: subprocess.Popen[bytes] | None = None

@@ -56,6 +56,15 @@ OFFSETS_TOPIC_CONFIG: Final = {
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _ALWAYS_ALLOWED: Final = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+#: A Produce request holding at most this many bytes of records is appended on the event loop's
+#: own thread; a larger one in a worker thread. The append writes to the page cache (no fsync,
+#: Kafka's default too), tens of microseconds for the Java producer's 16 KiB batches, while the
+#: hand-off to a thread and back cost about 2 ms per request: the loop thread, back from a
+#: send() or a select(), waited for the GIL that the append's thread held (Python's 5 ms switch
+#: interval), as py-spy showed under Kafka's ProducerPerformance (benchmarks/bench_broker.py).
+#: A roll of the active segment fsyncs the old one inside such an append (storagecore's
+#: LocalLog.roll): once per segment.bytes, the loop waits for it.
+INLINE_PRODUCE_BYTES_MAX: Final = 1 << 20
 
 
 class WorkerBroker:
@@ -231,9 +240,13 @@ class KafkaServer:
         broker = WorkerBroker(self.worker, advertised, self.port)
         broker.counters = self.counters
         loop = asyncio.get_running_loop()
+        loop_thread = threading.current_thread()
 
-        def on_append() -> None:  # called from the append's worker thread
-            loop.call_soon_threadsafe(self._notify_append)
+        def on_append() -> None:  # called from the thread that appended
+            if threading.current_thread() is loop_thread:
+                self._notify_append()
+            else:
+                loop.call_soon_threadsafe(self._notify_append)
 
         broker.on_append = on_append
         self.broker = broker
@@ -455,7 +468,10 @@ class KafkaServer:
         assert broker is not None and groups is not None
         key, data = request.api_key, request.data
         if key == 0:
-            result, _ = await asyncio.to_thread(apis.produce, request, broker)
+            if _records_bytes(data) <= INLINE_PRODUCE_BYTES_MAX:
+                result, _ = apis.produce(request, broker)
+            else:
+                result, _ = await asyncio.to_thread(apis.produce, request, broker)
             return result
         if key == 1:
             response, _ = await apis.fetch(
@@ -545,6 +561,15 @@ class _Session:
     authenticated: bool
     authenticator: Authenticator | None = None
     close_after: bool = False
+
+
+def _records_bytes(data: dict[str, Any]) -> int:
+    """The bytes of records in a decoded Produce request."""
+    return sum(
+        len(item["records"] or b"")
+        for topic in data["topic_data"]
+        for item in topic["partition_data"]
+    )
 
 
 def _error_codes(value: Any) -> Iterator[int]:
