@@ -56,6 +56,15 @@ OFFSETS_TOPIC_CONFIG: Final = {
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _ALWAYS_ALLOWED: Final = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+#: A Produce request holding at most this many bytes of records is appended on the event loop's
+#: own thread; a larger one in a worker thread. The append writes to the page cache (no fsync,
+#: Kafka's default too), tens of microseconds for the Java producer's 16 KiB batches, while the
+#: hand-off to a thread and back cost about 2 ms per request: the loop thread, back from a
+#: send() or a select(), waited for the GIL that the append's thread held (Python's 5 ms switch
+#: interval), as py-spy showed under Kafka's ProducerPerformance (benchmarks/bench_broker.py).
+#: A roll of the active segment fsyncs the old one inside such an append (storagecore's
+#: LocalLog.roll): once per segment.bytes, the loop waits for it.
+INLINE_PRODUCE_BYTES_MAX: Final = 1 << 20
 
 
 class WorkerBroker:
@@ -231,9 +240,13 @@ class KafkaServer:
         broker = WorkerBroker(self.worker, advertised, self.port)
         broker.counters = self.counters
         loop = asyncio.get_running_loop()
+        loop_thread = threading.current_thread()
 
-        def on_append() -> None:  # called from the append's worker thread
-            loop.call_soon_threadsafe(self._notify_append)
+        def on_append() -> None:  # called from the thread that appended
+            if threading.current_thread() is loop_thread:
+                self._notify_append()
+            else:
+                loop.call_soon_threadsafe(self._notify_append)
 
         broker.on_append = on_append
         self.broker = broker
@@ -314,12 +327,14 @@ class KafkaServer:
         counters.open_connections += 1
         session = _Session(peer, authenticated=settings.sasl_users is None)
         request_timeout_s = settings.request_timeout_ms / 1000
+        idle_timeout_s = settings.idle_timeout_ms / 1000
         try:
             while True:
+                # asyncio.timeout, not wait_for: wait_for wraps each read in a task of its own,
+                # two per request, a tenth of the loop's time under the Java producer.
                 try:
-                    header = await asyncio.wait_for(
-                        reader.readexactly(4), settings.idle_timeout_ms / 1000
-                    )
+                    async with asyncio.timeout(idle_timeout_s):
+                        header = await reader.readexactly(4)
                 except asyncio.IncompleteReadError:
                     return  # the client closed the connection
                 size = frame_size(header)
@@ -327,7 +342,8 @@ class KafkaServer:
                     counters.malformed_requests += 1
                     logger.warning("Kafka request from %s of %d bytes refused", peer, size)
                     return
-                payload = await asyncio.wait_for(reader.readexactly(size), request_timeout_s)
+                async with asyncio.timeout(request_timeout_s):
+                    payload = await reader.readexactly(size)
                 counters.bytes_in += size + 4
                 response = await self._answer(payload, session)
                 if response is not None:
@@ -355,7 +371,8 @@ class KafkaServer:
             writer.close()
 
     async def _send(self, writer: asyncio.StreamWriter, response: Writer) -> int:
-        """Write a framed response; a client that does not take it in time is dropped.
+        """Write a framed response; a client that does not take all of it within
+        ``request_timeout_ms`` is dropped.
 
         File regions (fetched records) go with ``loop.sendfile``: ``os.sendfile`` from the
         segment file to the socket on plaintext connections (zero copy, as Kafka's
@@ -366,24 +383,24 @@ class KafkaServer:
         tls = writer.get_extra_info("sslcontext") is not None
         pending: list[bytes] = [response.size.to_bytes(4, "big")]
         try:
-            for part in response.parts:
-                if not isinstance(part, FileRegion):
-                    pending.append(part)
-                    continue
+            async with asyncio.timeout(timeout_s):  # the whole response, one timer
+                for part in response.parts:
+                    if not isinstance(part, FileRegion):
+                        pending.append(part)
+                        continue
+                    writer.write(b"".join(pending))
+                    pending.clear()
+                    await writer.drain()
+                    with open(part.fd, "rb", closefd=False) as file:
+                        sent = await loop.sendfile(
+                            writer.transport, file, part.position, part.size_bytes
+                        )
+                    if sent != part.size_bytes:  # the frame is broken: only closing is left
+                        raise ConnectionError(f"sendfile sent {sent} of {part.size_bytes} bytes")
+                    if not tls:
+                        self.counters.bytes_out_zero_copy += sent
                 writer.write(b"".join(pending))
-                pending.clear()
-                await asyncio.wait_for(writer.drain(), timeout_s)
-                with open(part.fd, "rb", closefd=False) as file:
-                    sent = await asyncio.wait_for(
-                        loop.sendfile(writer.transport, file, part.position, part.size_bytes),
-                        timeout_s,
-                    )
-                if sent != part.size_bytes:  # the frame is broken: only closing is left
-                    raise ConnectionError(f"sendfile sent {sent} of {part.size_bytes} bytes")
-                if not tls:
-                    self.counters.bytes_out_zero_copy += sent
-            writer.write(b"".join(pending))
-            await asyncio.wait_for(writer.drain(), timeout_s)
+                await writer.drain()
         finally:
             response.close()
         return response.size + 4
@@ -455,7 +472,10 @@ class KafkaServer:
         assert broker is not None and groups is not None
         key, data = request.api_key, request.data
         if key == 0:
-            result, _ = await asyncio.to_thread(apis.produce, request, broker)
+            if _records_bytes(data) <= INLINE_PRODUCE_BYTES_MAX:
+                result, _ = apis.produce(request, broker)
+            else:
+                result, _ = await asyncio.to_thread(apis.produce, request, broker)
             return result
         if key == 1:
             response, _ = await apis.fetch(
@@ -545,6 +565,15 @@ class _Session:
     authenticated: bool
     authenticator: Authenticator | None = None
     close_after: bool = False
+
+
+def _records_bytes(data: dict[str, Any]) -> int:
+    """The bytes of records in a decoded Produce request."""
+    return sum(
+        len(item["records"] or b"")
+        for topic in data["topic_data"]
+        for item in topic["partition_data"]
+    )
 
 
 def _error_codes(value: Any) -> Iterator[int]:

@@ -97,3 +97,35 @@ def test_bench_pipeline_tiny(tmp_path: Path) -> None:
     for line in ("read logkeeper:", "read arrow ceiling:", "read parquet:", "key-only:"):
         assert line in out, out
     assert "ratio read logkeeper / arrow ceiling:" in out, out
+
+
+def test_bench_codec_tiny(tmp_path: Path) -> None:
+    """kio and the worker's codec read each other's bytes (the script asserts it per message)."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_codec.py"), "--records-kib", "1", "--number", "5"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("Produce v9", "Fetch v12", "OffsetCommit v8", "Heartbeat v4", "all nine"):
+        assert name in result.stdout, result.stdout
+
+
+@pytest.mark.skipif(not HAVE_JAVA or shutil.which("kcat") is None, reason="needs Java and kcat")
+def test_bench_broker_tiny(tmp_path: Path) -> None:
+    """The broker and the worker both serve every client of the comparison, and both stop."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_broker.py"), "--mib", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "BENCH_DIR": str(tmp_path)},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for measure in ("java 1KiB produce", "java 1KiB consume", "kcat 100B consume"):
+        assert f"  {measure:<20} broker" in result.stdout, result.stdout
+    assert result.stdout.count("worker/broker") == 6, result.stdout
+    assert not list(tmp_path.iterdir()), "the benchmark left files behind"

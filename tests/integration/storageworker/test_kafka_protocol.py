@@ -18,7 +18,16 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
-from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic, wait_for
+from storagecore.records.batch import NewRecord
+from storagecore.records.memory_records_builder import build_batch
+from tests.integration.storageworker.test_serve import (
+    SETTINGS,
+    Served,
+    declare,
+    topic,
+    wait_for,
+)
+from tests.kafka_support.raw_client import RawClient, produce
 
 pytestmark = pytest.mark.integration
 #: Recent timestamps: the topics keep 7 days (retention runs every 200 ms in these tests).
@@ -249,3 +258,34 @@ def test_sigterm_with_open_connections_exits_0_without_a_traceback(tmp_path: Pat
     assert code == 0, log
     assert "Traceback" not in log and "CancelledError" not in log, log
     assert "Worker stopped cleanly" in log
+
+
+def test_a_produce_wakes_a_waiting_fetch(served: Served) -> None:
+    """A Fetch waiting for data (max_wait 10 minutes) answers with the records of a Produce
+    that arrives on another connection meanwhile: small Produce requests are appended on the
+    event loop's thread, which wakes the waiting fetches itself (server.py,
+    INLINE_PRODUCE_BYTES_MAX). Not woken, the fetch would outwait the client's 60 s socket
+    timeout."""
+    fetch = {
+        "max_wait_ms": 600_000,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": "events",
+                "partitions": [{"partition": 1, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    }
+    with RawClient(served.kafka_address, timeout_s=60) as waiting:
+        with RawClient(served.kafka_address) as other:
+            sent = waiting.send(1, 12, fetch)
+            # One round trip on the other connection: the fetch is then (almost surely) parked.
+            other.call(3, 12, {"topics": [], "allow_auto_topic_creation": False})
+            answer = produce(other, "events", 1, build_batch([NewRecord(b"k", b"v", NOW_MS)]))
+            assert answer is not None and answer["error_code"] == 0, answer
+        correlation_id, response = waiting.receive(1, 12)
+    assert correlation_id == sent
+    partition = response["responses"][0]["partitions"][0]
+    assert partition["error_code"] == 0 and partition["high_watermark"] == 1, partition
+    assert partition["records"], "the fetch answered without the produced records"
