@@ -1,0 +1,109 @@
+"""``snapshot`` into an Apache Iceberg table (pyiceberg, SQLite catalog), on local[2] Spark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog import load_catalog
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from storagecore import NewRecord
+from storagepipeline import PipelineError, iceberg
+from storagepipeline.jobs import snapshot
+from tests.integration.storagepipeline.conftest import START_MS, write_log
+from tests.integration.storagepipeline.test_jobs import latest, traffic
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+Rows = dict[tuple[str, int, bytes], tuple[int, bytes | None, int, tuple[Any, ...]]]
+
+
+def rows(table: Table) -> Rows:
+    """The table as pyiceberg reads it: (topic, partition, key) → (offset, value, timestamp ms,
+    headers), each key once."""
+    out: Rows = {}
+    for row in iceberg.read_table(table).to_pylist():
+        key = (row["topic"], row["partition"], row["key"])
+        assert key not in out, f"key {key} twice in the table"
+        headers = tuple((h["key"], h["value"]) for h in row["headers"] or ())
+        out[key] = (
+            row["offset"],
+            row["value"],
+            int(row["timestamp"].timestamp() * 1000),
+            headers,
+        )
+    return out
+
+
+def want(batches: list[dict[int, list[list[NewRecord]]]]) -> dict[tuple[str, int, bytes], Any]:
+    """The live keys after every batch of ``batches`` was appended in turn."""
+    merged: dict[int, list[list[NewRecord]]] = {}
+    for more in batches:
+        for partition, partition_batches in more.items():
+            merged.setdefault(partition, []).extend(partition_batches)
+    return {
+        ("profiles", p, k): (o, v) for (p, k), (o, v) in latest(merged).items() if v is not None
+    }
+
+
+def table_files(table: Table) -> set[str]:
+    return {task.file.file_path for task in table.refresh().scan().plan_files()}
+
+
+def open_table(out: Path, name: str = iceberg.DEFAULT_TABLE) -> Table:
+    return load_catalog(iceberg.CATALOG_NAME, **iceberg.default_catalog(out)).load_table(name)
+
+
+def test_incremental_iceberg_runs_read_back_as_a_full_export(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "export"
+    first = traffic(3, 40, 30)
+    write_log(data, "profiles", first)
+    run1 = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    assert run1.kind == "full" and run1.end_offsets == {f"profiles-{p}": 160 for p in range(3)}
+    table = open_table(out)
+    assert {k: v[:2] for k, v in rows(table).items()} == want([first])
+    assert json.loads(table.properties[iceberg.END_OFFSETS]) == run1.end_offsets
+    files1 = table_files(table)
+    snapshots1 = len(table.snapshots())
+
+    # Only partition 1 gets traffic: overwrites, new keys and tombstones.
+    second = {1: traffic(2, 15, 45, seed=99, start_ms=START_MS + 10**6)[1]}
+    deleted = [k for (p, k) in latest(first) if p == 1][:3]
+    second[1].append(
+        [NewRecord(key=k, value=None, timestamp=START_MS + 2 * 10**6) for k in deleted]
+    )
+    write_log(data, "profiles", second)
+    run2 = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    assert run2.kind == "changes" and run2.start_offsets == run1.end_offsets
+    assert run2.end_offsets == {"profiles-0": 160, "profiles-1": 223, "profiles-2": 160}
+    assert run2.deletes == 3 and run2.rows > 0
+    table = open_table(out)
+    incremental = rows(table)
+    assert {k: v[:2] for k, v in incremental.items()} == want([first, second])
+    assert not {("profiles", 1, k) for k in deleted} & incremental.keys()
+    assert json.loads(table.properties[iceberg.END_OFFSETS]) == run2.end_offsets
+    # Files holding partitions 0 and 2 only were not rewritten: the run touched what changed.
+    files2 = table_files(table)
+    untouched = files1 & files2
+    assert untouched and files1 - files2
+    summary = table.current_snapshot().summary  # type: ignore[union-attr]
+    assert summary.operation.value == "overwrite"
+    assert int(summary["deleted-data-files"]) == len(files1 - files2) < len(files1)
+
+    # A full export of the same offsets into a new table reads back identically.
+    fresh = tmp_path / "fresh"
+    full = snapshot(spark, [str(data)], str(fresh), topics=["profiles"], table_format="iceberg")
+    assert full.kind == "full" and full.end_offsets == run2.end_offsets
+    assert rows(open_table(fresh)) == incremental
+
+    # Nothing new: no snapshot, same rows.
+    run3 = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    assert run3.run_id == "None" and run3.rows == 0
+    table = open_table(out)
+    assert len(table.snapshots()) == snapshots1 + 1 and rows(table) == incremental
