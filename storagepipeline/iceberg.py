@@ -123,17 +123,21 @@ def end_offsets(table: Table) -> dict[str, int]:
     if text is None:
         if table.current_snapshot() is not None:
             raise PipelineError(
-                f"Iceberg table {table.name()} has data but no {END_OFFSETS} property: it was "
+                f"Iceberg table {_name(table)} has data but no {END_OFFSETS} property: it was "
                 "not written by the snapshot job; choose another table"
             )
         return {}
     try:
         offsets = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PipelineError(f"{table.name()}: property {END_OFFSETS} is not JSON: {exc}") from exc
+        raise PipelineError(f"{_name(table)}: property {END_OFFSETS} is not JSON: {exc}") from exc
     if not isinstance(offsets, dict) or not all(isinstance(v, int) for v in offsets.values()):
-        raise PipelineError(f"{table.name()}: property {END_OFFSETS} is not {{tp: offset}}")
+        raise PipelineError(f"{_name(table)}: property {END_OFFSETS} is not {{tp: offset}}")
     return offsets
+
+
+def _name(table: Table) -> str:
+    return ".".join(table.name())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 from pyiceberg.table import Table
@@ -107,3 +108,58 @@ def test_incremental_iceberg_runs_read_back_as_a_full_export(
     assert run3.run_id == "None" and run3.rows == 0
     table = open_table(out)
     assert len(table.snapshots()) == snapshots1 + 1 and rows(table) == incremental
+
+
+def test_a_failed_iceberg_run_leaves_the_table_and_its_directory_as_they_were(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "export"
+    first = traffic(2, 20, 15)
+    write_log(data, "profiles", first)
+    run1 = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    before = rows(open_table(out))
+    location = Path(run1.path.removeprefix("file://"))
+    listing = sorted(p.relative_to(location) for p in location.rglob("*"))
+    write_log(data, "profiles", traffic(2, 5, 30, seed=5, start_ms=START_MS + 10**6))
+
+    def fail(*_args: object) -> None:
+        raise RuntimeError("the catalog is down")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(iceberg, "_commit", fail)  # after Spark wrote the new files
+        with pytest.raises(RuntimeError, match="the catalog is down"):
+            snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    table = open_table(out)
+    assert rows(table) == before
+    assert json.loads(table.properties[iceberg.END_OFFSETS]) == run1.end_offsets
+    # Everything the failed run wrote is gone (staging and data files: nothing orphaned).
+    assert sorted(p.relative_to(location) for p in location.rglob("*")) == listing
+    run2 = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    assert run2.start_offsets == run1.end_offsets and rows(open_table(out)) != before
+
+
+def test_iceberg_options_are_checked(spark: SparkSession, tmp_path: Path) -> None:
+    data, out = tmp_path / "data", tmp_path / "export"
+    write_log(data, "profiles", traffic(1, 2, 3))
+    with pytest.raises(PipelineError, match="snapshot format 'orc': use one of"):
+        snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="orc")
+    with pytest.raises(PipelineError, match="Iceberg table 'flat': give it as namespace.name"):
+        snapshot(
+            spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg", table="flat"
+        )
+    # A table some other writer filled (no offsets property) is refused, not overwritten.
+    catalog = load_catalog(iceberg.CATALOG_NAME, **iceberg.default_catalog(out))
+    catalog.create_namespace_if_not_exists("other")
+    foreign = catalog.create_table("other.events", schema=iceberg.SCHEMA)
+    foreign.append(
+        pa.Table.from_pylist([{"topic": "x", "partition": 0}], schema=foreign.schema().as_arrow())
+    )
+    with pytest.raises(PipelineError, match="other.events has data but no logkeeper.snapshot"):
+        snapshot(
+            spark,
+            [str(data)],
+            str(out),
+            topics=["profiles"],
+            table_format="iceberg",
+            table="other.events",
+        )
