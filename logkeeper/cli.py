@@ -163,13 +163,32 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--json", action="store_true", help="print the per-partition stats as JSON")
     j = jobs.add_parser(
         "snapshot",
-        help="export the live keys of topics as Parquet; later runs export only the changes",
+        help="export the live keys of topics as Parquet or Iceberg; later runs only the changes",
     )
     spark_args(j, several_dirs=True)
     j.add_argument(
         "--topic-pattern", help="topics matching this regex (with or instead of --topic)"
     )
-    j.add_argument("--output", required=True, type=Path, help="table directory (with a manifest)")
+    j.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help="Parquet: the runs' directory (with a manifest); Iceberg: the default catalog's",
+    )
+    j.add_argument(
+        "--format",
+        choices=("parquet", "iceberg"),
+        default="parquet",
+        help="parquet (default): one table per run; iceberg: every run applied to one table",
+    )
+    j.add_argument("--table", default="logkeeper.snapshot", help="Iceberg table (namespace.name)")
+    j.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pyiceberg catalog property (repeat; default: a SQLite catalog in --output)",
+    )
     j.add_argument(
         "--allow-data-loss",
         action="store_true",
@@ -504,6 +523,7 @@ def cmd_spark(args: argparse.Namespace) -> int:
     try:
         from storagepipeline import PipelineError, local_session
         from storagepipeline.compact import compact
+        from storagepipeline.iceberg import catalog_properties
         from storagepipeline.jobs import format_table, snapshot, stats
     except ImportError as exc:
         raise ConfigError(
@@ -534,6 +554,9 @@ def cmd_spark(args: argparse.Namespace) -> int:
                 topics=args.topic,
                 pattern=args.topic_pattern,
                 fail_on_data_loss=not args.allow_data_loss,
+                table_format=args.format,
+                table=args.table,
+                catalog=catalog_properties(args.catalog),
             )
             print(
                 f"{run.kind} snapshot {run.run_id}: {run.rows} row(s), {run.deletes} delete(s) "

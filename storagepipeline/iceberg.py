@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlparse
@@ -96,6 +96,17 @@ def default_catalog(output: Path) -> dict[str, str]:
         "uri": f"sqlite:///{output.resolve() / 'catalog.db'}",
         "warehouse": output.resolve().as_uri(),
     }
+
+
+def catalog_properties(pairs: Sequence[str]) -> dict[str, str] | None:
+    """``KEY=VALUE`` options (the CLI's ``--catalog``) as catalog properties (None: none)."""
+    properties: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise PipelineError(f"catalog option {pair!r}: give KEY=VALUE (uri=sqlite:///c.db)")
+        properties[key] = value
+    return properties or None
 
 
 def open_table(catalog: Mapping[str, str], identifier: str) -> Table:
