@@ -10,9 +10,10 @@ changed key, tombstones flagged ``deleted``):
 
 1. (Spark) write the changes to a staging directory beside the table's data (read twice below,
    the log once);
-2. (Spark) find the table's current data files holding a changed key (a semi-join of their
-   keys with the changes, by file), and write those files' other rows plus the changes' live
-   rows as new data files, sorted by topic, partition and key (a file's key bounds then prune);
+2. (Spark) find the table's current data files holding a changed key (among the files whose
+   statistics may hold a changed topic-partition, a semi-join of their keys with the changes),
+   and write those files' other rows plus the changes' live rows as new data files, one per
+   topic-partition hash bucket, sorted by topic, partition and key;
 3. (driver) one Iceberg transaction: an overwrite snapshot that removes the rewritten files and
    adds the new ones, and the table property :data:`END_OFFSETS` set to the run's end offsets.
    The commit is the run's commit point; a failure before it deletes what the run wrote, and a
@@ -36,6 +37,8 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, In, Or, Reference
+from pyiceberg.expressions.literals import literal
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
@@ -205,8 +208,17 @@ def commit(
         changes.select(*_COLUMNS, "deleted").write.parquet(uri_prefix + staging)
         staged = spark.read.parquet(uri_prefix + staging)
         keys = staged.select(*_KEY_COLUMNS)
+        changed = [
+            (r["topic"], r["partition"])
+            for r in keys.select("topic", "partition").distinct().collect()
+        ]
+        # Only files whose column bounds may hold a changed partition are read (Iceberg's
+        # manifest statistics prune the rest: the files are written per topic-partition).
         current = {
-            _normalized(task.file.file_path): task.file for task in table.scan().plan_files()
+            _normalized(task.file.file_path): task.file
+            for task in (
+                table.scan(row_filter=_partitions_filter(changed)).plan_files() if changed else ()
+            )
         }
         touched: list[DataFile] = []
         if current:
@@ -255,6 +267,21 @@ def commit(
         files_added=len(added),
         files_removed=len(touched),
     )
+
+
+def _partitions_filter(changed: Sequence[tuple[str, int]]) -> BooleanExpression:
+    """Rows of the ``changed`` topic-partitions."""
+    by_topic: dict[str, set[int]] = {}
+    for topic, partition in changed:
+        by_topic.setdefault(topic, set()).add(partition)
+    terms = [
+        And(
+            EqualTo(term=Reference("topic"), value=literal(topic)),
+            In(term=Reference("partition"), values={literal(p) for p in partitions}),
+        )
+        for topic, partitions in sorted(by_topic.items())
+    ]
+    return terms[0] if len(terms) == 1 else Or(*terms)
 
 
 def _delete_dir(fs: pafs.FileSystem, directory: str) -> None:

@@ -162,7 +162,8 @@ def snapshot(
                 pinner=pinner,
                 fail_on_data_loss=fail_on_data_loss,
             )
-            done = iceberg.commit(spark, target, changes, _named(ends))
+            # Topics of earlier runs that this run did not select keep their offsets.
+            done = iceberg.commit(spark, target, changes, {**previous, **_named(ends)})
             return SnapshotRun(
                 run_id=str(done.snapshot_id),
                 kind="changes" if previous else "full",

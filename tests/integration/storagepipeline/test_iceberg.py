@@ -71,6 +71,14 @@ def test_incremental_iceberg_runs_read_back_as_a_full_export(
     assert {k: v[:2] for k, v in rows(table).items()} == want([first])
     assert json.loads(table.properties[iceberg.END_OFFSETS]) == run1.end_offsets
     files1 = table_files(table)
+    # The files a change of profiles-1 may touch, by the manifests' column bounds alone.
+    candidates = {
+        task.file.file_path
+        for task in table.scan(
+            row_filter=iceberg._partitions_filter([("profiles", 1)])
+        ).plan_files()
+    }
+    assert candidates and candidates < files1
     snapshots1 = len(table.snapshots())
 
     # Only partition 1 gets traffic: overwrites, new keys and tombstones.
@@ -93,6 +101,7 @@ def test_incremental_iceberg_runs_read_back_as_a_full_export(
     files2 = table_files(table)
     untouched = files1 & files2
     assert untouched and files1 - files2
+    assert files1 - files2 <= candidates
     summary = table.current_snapshot().summary  # type: ignore[union-attr]
     assert summary.operation.value == "overwrite"
     assert int(summary["deleted-data-files"]) == len(files1 - files2) < len(files1)
@@ -163,3 +172,13 @@ def test_iceberg_options_are_checked(spark: SparkSession, tmp_path: Path) -> Non
             table_format="iceberg",
             table="other.events",
         )
+
+
+def test_catalog_options_of_the_command_line() -> None:
+    assert iceberg.catalog_properties([]) is None
+    assert iceberg.catalog_properties(["type=sql", "uri=sqlite:///c.db?x=1"]) == {
+        "type": "sql",
+        "uri": "sqlite:///c.db?x=1",
+    }
+    with pytest.raises(PipelineError, match="catalog option 'uri': give KEY=VALUE"):
+        iceberg.catalog_properties(["uri"])
