@@ -17,7 +17,8 @@ changed key, tombstones flagged ``deleted``):
 3. (driver) one Iceberg transaction: an overwrite snapshot that removes the rewritten files and
    adds the new ones, and the table property :data:`END_OFFSETS` set to the run's end offsets.
    The commit is the run's commit point; a failure before it deletes what the run wrote, and a
-   concurrent commit of the same table fails this one (Iceberg's optimistic concurrency).
+   run that another committed before fails (Iceberg's optimistic concurrency: the commit
+   requires the snapshot the run started from).
 
 Files without a changed key are left as they are, so a run writes what changed plus the rows
 that shared a file with a change; the table reads back as a full export of the same offsets
@@ -43,6 +44,7 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
+from pyiceberg.table.update import AssertRefSnapshotId
 from pyiceberg.types import (
     BinaryType,
     IntegerType,
@@ -295,6 +297,11 @@ def _commit(
     """One transaction: the overwrite snapshot (if any file changes) and the offsets."""
     properties = {END_OFFSETS: json.dumps(dict(sorted(offsets.items())))}
     with table.transaction() as transaction:
+        # Invariant: the run started from the table's current snapshot. A snapshot commit
+        # asserts it by itself; an offsets-only commit asserts it here (pyiceberg has no public
+        # call for a bare requirement), so no run moves the offsets past another's commit.
+        started_from = {"ref": "main", "snapshot-id": table.metadata.current_snapshot_id}
+        transaction._apply((), (AssertRefSnapshotId.model_validate(started_from),))
         if added or removed:
             update = transaction.update_snapshot(snapshot_properties=properties)
             with update.overwrite() as overwrite:

@@ -162,6 +162,8 @@ def snapshot(
                 pinner=pinner,
                 fail_on_data_loss=fail_on_data_loss,
             )
+            if not previous:  # a first run: nothing to delete
+                changes = changes.where(~F.col("deleted"))
             # Topics of earlier runs that this run did not select keep their offsets.
             done = iceberg.commit(spark, target, changes, {**previous, **_named(ends)})
             return SnapshotRun(

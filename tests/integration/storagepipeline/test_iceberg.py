@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
@@ -67,6 +68,7 @@ def test_incremental_iceberg_runs_read_back_as_a_full_export(
     write_log(data, "profiles", first)
     run1 = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
     assert run1.kind == "full" and run1.end_offsets == {f"profiles-{p}": 160 for p in range(3)}
+    assert run1.rows == len(want([first])) and run1.deletes == 0
     table = open_table(out)
     assert {k: v[:2] for k, v in rows(table).items()} == want([first])
     assert json.loads(table.properties[iceberg.END_OFFSETS]) == run1.end_offsets
@@ -182,3 +184,33 @@ def test_catalog_options_of_the_command_line() -> None:
     }
     with pytest.raises(PipelineError, match="catalog option 'uri': give KEY=VALUE"):
         iceberg.catalog_properties(["uri"])
+
+
+def test_a_run_that_another_committed_before_fails(tmp_path: Path) -> None:
+    """Two runs on one table: the one that commits second started from an older snapshot and
+    must not move the offsets (even with no file to add), so it fails and changes nothing."""
+    target = iceberg.open_table(iceberg.default_catalog(tmp_path), iceberg.DEFAULT_TABLE)
+    stale = open_table(tmp_path)
+    row = {"topic": "profiles", "partition": 0, "key": b"k", "value": b"v", "offset": 0}
+    target.append(pa.Table.from_pylist([row], schema=target.schema().as_arrow()))
+    iceberg._commit(target.refresh(), [], [], {"profiles-0": 1})
+    with pytest.raises(CommitFailedException):
+        iceberg._commit(stale, [], [], {"profiles-0": 5})
+    assert json.loads(open_table(tmp_path).properties[iceberg.END_OFFSETS]) == {"profiles-0": 1}
+
+
+def test_runs_of_different_topics_keep_each_others_offsets(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "export"
+    write_log(data, "profiles", traffic(1, 5, 4))
+    write_log(data, "orders", traffic(1, 3, 4))
+    snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    orders = snapshot(spark, [str(data)], str(out), topics=["orders"], table_format="iceberg")
+    assert orders.kind == "changes" and orders.start_offsets == {"orders-0": 0}
+    table = open_table(out)
+    offsets = {"orders-0": 12, "profiles-0": 20}
+    assert json.loads(table.properties[iceberg.END_OFFSETS]) == offsets
+    assert {(t, p) for t, p, _k in rows(table)} == {("orders", 0), ("profiles", 0)}
+    again = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    assert again.start_offsets == {"profiles-0": 20} and again.rows == 0
