@@ -12,8 +12,9 @@ changed key, tombstones flagged ``deleted``):
    the log once);
 2. (Spark) find the table's current data files holding a changed key (among the files whose
    statistics may hold a changed topic-partition, a semi-join of their keys with the changes),
-   and write those files' other rows plus the changes' live rows as new data files, one per
-   topic-partition hash bucket, sorted by topic, partition and key;
+   and write those files' other rows plus the changes' live rows as new data files, each a
+   contiguous range of (topic, partition, key), sorted: a file's column bounds then name the
+   partitions and keys it holds, so a later change touches only the files of its key ranges;
 3. (driver) one Iceberg transaction: an overwrite snapshot that removes the rewritten files and
    adds the new ones, and the table property :data:`END_OFFSETS` set to the run's end offsets.
    The commit is the run's commit point; a failure before it deletes what the run wrote, and a
@@ -21,8 +22,10 @@ changed key, tombstones flagged ``deleted``):
    requires the snapshot the run started from).
 
 Files without a changed key are left as they are, so a run writes what changed plus the rows
-that shared a file with a change; the table reads back as a full export of the same offsets
-would (a test compares both). The rows carry no ``deleted`` column: a deleted key is absent.
+that shared a file with a change (each run adds at most ``write_partitions`` files: Iceberg's
+own maintenance, such as rewriting small files, keeps their number down); the table reads back
+as a full export of the same offsets would (a test compares both). The rows carry no
+``deleted`` column: a deleted key is absent.
 """
 
 from __future__ import annotations
@@ -244,7 +247,7 @@ def commit(
             F.sum(F.col("deleted").cast("int")).alias("deletes"),
         ).first()
         (
-            rows.repartition(write_partitions, "topic", "partition")
+            rows.repartitionByRange(write_partitions, *_KEY_COLUMNS)
             .sortWithinPartitions(*_KEY_COLUMNS)
             .write.parquet(uri_prefix + written)
         )

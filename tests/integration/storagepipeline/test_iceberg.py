@@ -214,3 +214,24 @@ def test_runs_of_different_topics_keep_each_others_offsets(
     assert {(t, p) for t, p, _k in rows(table)} == {("orders", 0), ("profiles", 0)}
     again = snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
     assert again.start_offsets == {"profiles-0": 20} and again.rows == 0
+
+
+def test_a_change_of_one_key_rewrites_one_file(spark: SparkSession, tmp_path: Path) -> None:
+    data, out = tmp_path / "data", tmp_path / "export"
+    keys = [f"user-{i:04d}".encode() for i in range(400)]
+    batches = [
+        [NewRecord(key=k, value=b"v1", timestamp=START_MS) for k in keys[i : i + 50]]
+        for i in range(0, len(keys), 50)
+    ]
+    write_log(data, "profiles", {0: batches})
+    snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    files1 = table_files(open_table(out))
+    assert len(files1) > 2  # key ranges of one partition, several files
+    one = [[NewRecord(key=keys[123], value=b"v2", timestamp=START_MS + 1)]]
+    write_log(data, "profiles", {0: one})
+    snapshot(spark, [str(data)], str(out), topics=["profiles"], table_format="iceberg")
+    table = open_table(out)
+    files2 = table_files(table)
+    assert len(files1 - files2) == 1  # only the file whose key range holds user-0123
+    assert rows(table)[("profiles", 0, keys[123])][:2] == (400, b"v2")
+    assert len(rows(table)) == 400
