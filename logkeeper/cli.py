@@ -8,7 +8,6 @@ printed as one ``logkeeper: error: ...`` line naming the thing, with exit status
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -163,13 +162,32 @@ def build_parser() -> argparse.ArgumentParser:
     j.add_argument("--json", action="store_true", help="print the per-partition stats as JSON")
     j = jobs.add_parser(
         "snapshot",
-        help="export the live keys of topics as Parquet; later runs export only the changes",
+        help="export the live keys of topics as Parquet or Iceberg; later runs only the changes",
     )
     spark_args(j, several_dirs=True)
     j.add_argument(
         "--topic-pattern", help="topics matching this regex (with or instead of --topic)"
     )
-    j.add_argument("--output", required=True, type=Path, help="table directory (with a manifest)")
+    j.add_argument(
+        "--output",
+        required=True,
+        type=Path,
+        help="Parquet: the runs' directory (with a manifest); Iceberg: the default catalog's",
+    )
+    j.add_argument(
+        "--format",
+        choices=("parquet", "iceberg"),
+        default="parquet",
+        help="parquet (default): one table per run; iceberg: every run applied to one table",
+    )
+    j.add_argument("--table", default="logkeeper.snapshot", help="Iceberg table (namespace.name)")
+    j.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pyiceberg catalog property (repeat; default: a SQLite catalog in --output)",
+    )
     j.add_argument(
         "--allow-data-loss",
         action="store_true",
@@ -499,60 +517,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_spark(args: argparse.Namespace) -> int:
-    from storagecore.errors import ConfigError
+    from logkeeper.spark_jobs import run_job
 
-    try:
-        from storagepipeline import PipelineError, local_session
-        from storagepipeline.compact import compact
-        from storagepipeline.jobs import format_table, snapshot, stats
-    except ImportError as exc:
-        raise ConfigError(
-            f"logkeeper spark needs the spark extra (pip install 'logkeeper[spark]'): {exc}"
-        ) from exc
-    spark = local_session(args.master, f"logkeeper-{args.job}")
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        if args.job == "compact":
-            configs = {name: t.config for name, t in log_dir_topics(args).items()}
-            results = compact(
-                spark, str(args.dir), topics=args.topic, configs=configs, now_ms=args.now_ms
-            )
-            if args.json:
-                print(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
-            for r in results if not args.json else ():
-                print(
-                    f"{r.topic}-{r.partition}: cleaned [{r.first_dirty_offset}, {r.end_offset}) "
-                    f"in {r.groups} group(s): {r.stats['messages_read']} records read, "
-                    f"{r.stats['messages_written']} kept, {r.stats['bytes_read']} -> "
-                    f"{r.stats['bytes_written']} bytes"
-                )
-        elif args.job == "snapshot":
-            run = snapshot(
-                spark,
-                [str(d) for d in args.dir],
-                str(args.output),
-                topics=args.topic,
-                pattern=args.topic_pattern,
-                fail_on_data_loss=not args.allow_data_loss,
-            )
-            print(
-                f"{run.kind} snapshot {run.run_id}: {run.rows} row(s), {run.deletes} delete(s) "
-                f"-> {run.path}"
-            )
-        else:
-            rows = stats(
-                spark,
-                [str(d) for d in args.dir],
-                topics=args.topic,
-                pattern=args.topic_pattern,
-                output=None if args.output is None else str(args.output),
-            )
-            print(json.dumps(rows, indent=2, default=str) if args.json else format_table(rows))
-    except PipelineError as exc:
-        raise ConfigError(str(exc)) from exc
-    finally:
-        spark.stop()
-    return 0
+    return run_job(args)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -3,7 +3,9 @@
 ``snapshot`` writes the compacted state of topics as a Parquet table plus a manifest of the log
 offsets it covers; the next run reads only the offsets after them and writes the changes (upserts
 and deletes). Each run's table is written to a temporary directory and renamed into place, then
-the manifest is replaced atomically: a failed run leaves the previous state as it was.
+the manifest is replaced atomically: a failed run leaves the previous state as it was. With
+``table_format="iceberg"`` the runs are applied to one Apache Iceberg table instead, whose
+properties keep the offsets (:mod:`storagepipeline.iceberg`).
 
 ``stats`` reads the logs and reports, per topic-partition, what an operator asks before tuning
 retention or compaction.
@@ -16,7 +18,7 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,6 +29,7 @@ from storagecore import TopicPartition, durability
 from storagecore import files as core_files
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.errors import CorruptCheckpointError
+from storagepipeline import iceberg
 from storagepipeline.logdirs import (
     DataLossError,
     PartitionSnapshot,
@@ -41,6 +44,8 @@ from storagepipeline.reading import ReadCounters, ReadOptions, batches
 
 MANIFEST: Final = "_manifest.json"
 MANIFEST_VERSION: Final = 1
+#: The snapshot job's output formats (:func:`snapshot`); Parquet is the default.
+SNAPSHOT_FORMATS: Final = ("parquet", "iceberg")
 
 
 def _reader(spark: SparkSession, data_dirs: Sequence[str], topics: Sequence[str]) -> Any:
@@ -126,43 +131,82 @@ def snapshot(
     topics: Sequence[str] = (),
     pattern: str | None = None,
     fail_on_data_loss: bool = True,
+    table_format: str = "parquet",
+    table: str = iceberg.DEFAULT_TABLE,
+    catalog: Mapping[str, str] | None = None,
 ) -> SnapshotRun:
-    """Export the live keys (first run) or the changes since the last run (later runs)."""
+    """Export the live keys (first run) or the changes since the last run (later runs).
+
+    ``table_format="parquet"`` (the default) writes each run as its own Parquet table under
+    ``output`` beside a manifest; ``"iceberg"`` applies each run to the Iceberg table ``table``
+    of ``catalog`` (pyiceberg catalog properties; default a SQLite catalog in ``output``), whose
+    properties keep the offsets: :mod:`storagepipeline.iceberg`.
+    """
+    if table_format not in SNAPSHOT_FORMATS:
+        raise PipelineError(f"snapshot format {table_format!r}: use one of {SNAPSHOT_FORMATS}")
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = read_manifest(out)
-    previous: dict[str, int] = manifest["runs"][-1]["end_offsets"] if manifest["runs"] else {}
     # The pins make the export one point in time: the Spark read plans from the segments
     # pinned here, whatever the worker cleans or deletes meanwhile, until the job ends.
     pinner = Pinner(JOB_PIN_MS)
     try:
-        return _snapshot(
+        if table_format == "iceberg":
+            target = iceberg.open_table(catalog or iceberg.default_catalog(out), table)
+            previous = iceberg.end_offsets(target)
+            changes, starts, ends = _changes(
+                spark,
+                data_dirs,
+                previous,
+                topics=topics,
+                pattern=pattern,
+                pinner=pinner,
+                fail_on_data_loss=fail_on_data_loss,
+            )
+            if not previous:  # a first run: nothing to delete
+                changes = changes.where(~F.col("deleted"))
+            # Topics of earlier runs that this run did not select keep their offsets.
+            done = iceberg.commit(spark, target, changes, {**previous, **_named(ends)})
+            return SnapshotRun(
+                run_id=str(done.snapshot_id),
+                kind="changes" if previous else "full",
+                path=target.location(),
+                rows=done.rows,
+                deletes=done.deletes,
+                start_offsets=_named(starts),
+                end_offsets=_named(ends),
+            )
+        manifest = read_manifest(out)
+        previous = manifest["runs"][-1]["end_offsets"] if manifest["runs"] else {}
+        changes, starts, ends = _changes(
             spark,
             data_dirs,
-            out=out,
-            manifest=manifest,
-            previous=previous,
+            previous,
             topics=topics,
             pattern=pattern,
             pinner=pinner,
             fail_on_data_loss=fail_on_data_loss,
         )
+        return _parquet_run(spark, changes, starts, ends, out=out, manifest=manifest)
     finally:
         pinner.release()
 
 
-def _snapshot(
+def _named(offsets: dict[TopicPartition, int]) -> dict[str, int]:
+    return {str(tp): offset for tp, offset in sorted(offsets.items())}
+
+
+def _changes(
     spark: SparkSession,
     data_dirs: Sequence[str],
-    *,
-    out: Path,
-    manifest: dict[str, Any],
     previous: dict[str, int],
+    *,
     topics: Sequence[str],
     pattern: str | None,
     pinner: Pinner,
     fail_on_data_loss: bool,
-) -> SnapshotRun:
+) -> tuple[DataFrame, dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """The latest record of each key written after ``previous`` (tombstones flagged), with the
+    start and end offsets it covers."""
     snaps = _snapshots(data_dirs, topics, pattern, pinner)
     starts: dict[TopicPartition, int] = {}
     ends: dict[TopicPartition, int] = {}
@@ -178,7 +222,6 @@ def _snapshot(
             start = snap.log_start_offset
         starts[tp] = min(start, snap.log_end_offset)
         ends[tp] = snap.log_end_offset
-    kind = "changes" if manifest["runs"] else "full"
     df = (
         _reader(spark, data_dirs, sorted({tp.topic for tp in snaps}))
         .option("startingOffsets", _offsets_json(starts))
@@ -187,7 +230,19 @@ def _snapshot(
         .option("pinSets", pinner.option_value())
         .load()
     )
-    table = _latest_per_key(df)
+    return _latest_per_key(df), starts, ends
+
+
+def _parquet_run(
+    spark: SparkSession,
+    table: DataFrame,
+    starts: dict[TopicPartition, int],
+    ends: dict[TopicPartition, int],
+    *,
+    out: Path,
+    manifest: dict[str, Any],
+) -> SnapshotRun:
+    kind = "changes" if manifest["runs"] else "full"
     if kind == "full":
         table = table.where(~F.col("deleted"))
     run_id = f"{len(manifest['runs']) + 1:05d}-{kind}"
@@ -213,8 +268,8 @@ def _snapshot(
         path=str(final),
         rows=int(counts["rows"] or 0) if counts else 0,
         deletes=int(counts["deletes"] or 0) if counts else 0,
-        start_offsets={str(tp): offset for tp, offset in sorted(starts.items())},
-        end_offsets={str(tp): offset for tp, offset in sorted(ends.items())},
+        start_offsets=_named(starts),
+        end_offsets=_named(ends),
     )
     manifest["runs"].append({**dataclasses.asdict(run), "created_ms": int(time.time() * 1000)})
     # The commit point of the run: the manifest names it only once its table is in place.

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from pyiceberg.catalog import load_catalog
 from pyspark.sql import SparkSession
 
 from storagecore import NewRecord
 from storagecore.partitioner import partition_for_key
+from storagepipeline import iceberg
 from tests.integration.storagepipeline.conftest import write_log
 from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
 
@@ -192,5 +194,14 @@ def test_the_spark_subcommands(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "full snapshot 00001-full: 5 row(s)" in done.stdout
+    iceberg_args = ["--format", "iceberg", "--table", "exports.profiles"]
+    common = ["spark", "snapshot", "--dir", str(data), "--topic", "profiles"]
+    done = run_cli(*common, "--output", str(tmp_path / "ice"), *iceberg_args)
+    assert done.returncode == 0, done.stderr
+    assert "full snapshot " in done.stdout and ": 5 row(s), 0 delete(s)" in done.stdout
+    catalog = load_catalog("logkeeper", **iceberg.default_catalog(tmp_path / "ice"))
+    assert catalog.load_table("exports.profiles").scan().to_arrow().num_rows == 5
+    bad = run_cli(*common, "--output", str(tmp_path / "ice"), *iceberg_args, "--catalog", "uri")
+    assert bad.returncode == 2 and "catalog option 'uri': give KEY=VALUE" in bad.stderr
     bad = run_cli("spark", "stats", "--dir", str(data), "--topic", "nope")
     assert bad.returncode == 2 and "unknown topic 'nope'" in bad.stderr
