@@ -47,8 +47,10 @@ from storagecore.errors import (
     StorageError,
 )
 from storagecore.index import TimestampOffset
+from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
+from storagecore.records.scan import append_uncompressed
 from storagecore.segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -256,6 +258,73 @@ class LocalLog:
         if jitter <= 0:
             return 0
         return random.randrange(min(jitter, self.config.segment_ms))
+
+    # -- append --------------------------------------------------------------------------------
+    def append_native(
+        self,
+        data: bytes | bytearray | memoryview,
+        origin: AppendOrigin,
+        now_ms: int,
+        leader_epoch: int,
+    ) -> ValidatedRecords | None:
+        """The common append in one native call (:data:`append_uncompressed`): validated as
+        :func:`validate_and_assign_offsets` does, offsets assigned, written to the active
+        segment (``written`` set), when no batch has a producer id and no roll is due. Returns
+        the validated batches unwritten when a producer or a roll needs the general path, and
+        None (nothing written, nothing decided) when the native validation does not take the
+        request: compressed or invalid batches, other settings, or a request that does not fit
+        the active segment; the caller then validates with the Python reference."""
+        config = self.config
+        if append_uncompressed is None or not native_append_applies(config):
+            return None
+        segment = self.segments[-1]
+        file = segment.log
+        position = file.size_bytes
+        if isinstance(data, memoryview):
+            data = data.cast("B")  # len() in bytes, as the written size
+        size = len(data)
+        if size > config.segment_bytes - position:
+            return None  # a roll, or RecordBatchTooLargeError: the general path decides
+        max_timestamp_no_roll = segment.roll_free_append_limits(config.max_segment_ms, now_ms)
+        if max_timestamp_no_roll is None:
+            return None
+        next_offset = segment.next_offset()
+        result = append_uncompressed(
+            data,
+            file.fd,
+            position,
+            next_offset,
+            now_ms,
+            origin is AppendOrigin.CLIENT,
+            origin is AppendOrigin.REPLICATION,
+            config.compact,
+            config.max_message_bytes,
+            leader_epoch,
+            config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms,
+            segment.base_offset,
+            max_timestamp_no_roll,
+        )
+        if result is None:
+            return None
+        first, last, max_timestamp, offset_of_max, records, batches, unwritten = result
+        if unwritten is not None:
+            return ValidatedRecords(
+                unwritten, first, last, max_timestamp, offset_of_max, records, batches, -1
+            )
+        file.size_bytes = position + size  # FileRecords.append's step, done by the native write
+        segment.record_appended(position, size, last, max_timestamp, offset_of_max)
+        return ValidatedRecords(
+            data,
+            first,
+            last,
+            max_timestamp,
+            offset_of_max,
+            records,
+            batches,
+            -1,
+            written=True,
+        )
 
     # -- flush ---------------------------------------------------------------------------------
     def flush(self, offset: int) -> None:
