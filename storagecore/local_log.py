@@ -50,10 +50,14 @@ from storagecore.index import TimestampOffset
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
+from storagecore.records.crc import crc32c
 from storagecore.records.scan import append_uncompressed
 from storagecore.segment import LogSegment
 
 logger = logging.getLogger(__name__)
+
+#: The attributes' low byte, which holds the codec.
+_CODEC_BYTE = layout.ATTRIBUTES_OFFSET + 1
 
 _BASE_OFFSET = struct.Struct(">q")  # the first field of a batch, outside its CRC
 
@@ -283,6 +287,8 @@ class LocalLog:
         if isinstance(data, memoryview):
             data = data.cast("B")  # len() in bytes, as the written size
         size = len(data)
+        if size > _CODEC_BYTE and data[_CODEC_BYTE] & layout.COMPRESSION_CODEC_MASK:
+            return None  # a compressed first batch: spare the calls below
         if size > config.segment_bytes - position:
             return None  # a roll, or RecordBatchTooLargeError: the general path decides
         max_timestamp_no_roll = segment.roll_free_append_limits(config.max_segment_ms, now_ms)
@@ -304,6 +310,7 @@ class LocalLog:
             config.message_timestamp_after_max_ms,
             segment.base_offset,
             max_timestamp_no_roll,
+            crc32c,
         )
         if result is None:
             return None

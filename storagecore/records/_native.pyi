@@ -4,7 +4,7 @@ Every function and constant the module defines; tests/unit/storagecore/records/t
 checks that this list and the built module's agree.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from storagecore.records.columns_types import Decompress
 
@@ -53,6 +53,7 @@ def validate_uncompressed(
     leader_epoch: int,
     before_max_ms: int,
     after_max_ms: int,
+    crc32c: Callable[[memoryview], int],
     /,
 ) -> tuple[int, int, int, int, int, int] | None:
     """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
@@ -73,6 +74,7 @@ def append_uncompressed(
     after_max_ms: int,
     segment_base_offset: int,
     max_timestamp_no_roll: int,
+    crc32c: Callable[[memoryview], int],
     /,
 ) -> tuple[int, int, int, int, int, int, bytearray | None] | None:
     """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,

@@ -23,19 +23,20 @@ from storagecore.records.scan_types import ScanResult
 
 _Scan = Callable[[bytes | memoryview, int, int], ScanResult]
 #: (out, next_offset, now_ms, client, replication, compact, max_message_bytes, leader_epoch,
-#:  before_max_ms, after_max_ms) -> (first, last, max_ts, offset_of_max, records, batches) or
-#:  None; see storagecore/records/_native.c.
+#:  before_max_ms, after_max_ms, crc32c) -> (first, last, max_ts, offset_of_max, records,
+#:  batches) or None; see storagecore/records/_native.c.
 ValidateUncompressed = Callable[
-    [bytearray, int, int, bool, bool, bool, int, int, int, int],
+    [bytearray, int, int, bool, bool, bool, int, int, int, int, Callable[..., int]],
     tuple[int, int, int, int, int, int] | None,
 ]
 #: (data, fd, position, next_offset, now_ms, client, replication, compact, max_message_bytes,
-#:  leader_epoch, before_max_ms, after_max_ms, segment_base_offset, max_timestamp_no_roll) ->
+#:  leader_epoch, before_max_ms, after_max_ms, segment_base_offset, max_timestamp_no_roll,
+#:  crc32c) ->
 #:  (first, last, max_ts, offset_of_max, records, batches, unwritten bytes or None) or None; see
 #:  storagecore/records/_native.c.
 AppendUncompressed = Callable[
     [bytes | bytearray | memoryview, int, int, int, int, bool, bool, bool, int, int, int, int,
-     int, int],
+     int, int, Callable[..., int]],
     tuple[int, int, int, int, int, int, bytearray | None] | None,
 ]  # fmt: skip
 
