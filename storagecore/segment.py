@@ -440,7 +440,8 @@ class LogSegment:
         if self.log.size_bytes == 0:
             return INT64_MAX
         allowed_ms = max_segment_ms - self.rolling_jitter_ms
-        self._load_first_batch_timestamp()
+        if self.rolling_based_timestamp is None:
+            self._load_first_batch_timestamp()
         if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
             return max(min(self.rolling_based_timestamp + allowed_ms, INT64_MAX), -INT64_MAX - 1)
         return INT64_MAX if now_ms - self.created_ms <= allowed_ms else None
