@@ -79,6 +79,17 @@ class BulkWrite(NamedTuple):
     segment_count: int
 
 
+class _NativeSettings(NamedTuple):
+    """The settings :meth:`LocalLog.append_native` passes on, read once per config."""
+
+    segment_bytes: int
+    max_segment_ms: int
+    compact: bool
+    max_message_bytes: int
+    message_timestamp_before_max_ms: int
+    message_timestamp_after_max_ms: int
+
+
 @dataclasses.dataclass(slots=True)
 class _PendingDelete:
     due_ms: int
@@ -116,6 +127,27 @@ class LocalLog:
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        # What the native append reads per call, derived once per config; None: it never applies.
+        self._native_settings = (
+            _NativeSettings(
+                config.segment_bytes,
+                config.max_segment_ms,
+                config.compact,
+                config.max_message_bytes,
+                config.message_timestamp_before_max_ms,
+                config.message_timestamp_after_max_ms,
+            )
+            if native_append_applies(config)
+            else None
+        )
+
     @property
     def active_segment(self) -> LogSegment:
         return self.segments[-1]
@@ -278,8 +310,8 @@ class LocalLog:
         None (nothing written, nothing decided) when the native validation does not take the
         request: compressed or invalid batches, other settings, or a request that does not fit
         the active segment; the caller then validates with the Python reference."""
-        config = self.config
-        if append_uncompressed is None or not native_append_applies(config):
+        settings = self._native_settings
+        if append_uncompressed is None or settings is None:
             return None
         segment = self.segments[-1]
         file = segment.log
@@ -289,9 +321,9 @@ class LocalLog:
         size = len(data)
         if size > _CODEC_BYTE and data[_CODEC_BYTE] & layout.COMPRESSION_CODEC_MASK:
             return None  # a compressed first batch: spare the calls below
-        if size > config.segment_bytes - position:
+        if size > settings.segment_bytes - position:
             return None  # a roll, or RecordBatchTooLargeError: the general path decides
-        max_timestamp_no_roll = segment.roll_free_append_limits(config.max_segment_ms, now_ms)
+        max_timestamp_no_roll = segment.roll_free_append_limits(settings.max_segment_ms, now_ms)
         if max_timestamp_no_roll is None:
             return None
         next_offset = segment.next_offset()
@@ -303,11 +335,11 @@ class LocalLog:
             now_ms,
             origin is AppendOrigin.CLIENT,
             origin is AppendOrigin.REPLICATION,
-            config.compact,
-            config.max_message_bytes,
+            settings.compact,
+            settings.max_message_bytes,
             leader_epoch,
-            config.message_timestamp_before_max_ms,
-            config.message_timestamp_after_max_ms,
+            settings.message_timestamp_before_max_ms,
+            settings.message_timestamp_after_max_ms,
             segment.base_offset,
             max_timestamp_no_roll,
             crc32c,
