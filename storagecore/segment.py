@@ -428,7 +428,9 @@ class LogSegment:
         """What :meth:`should_roll` leaves open to an append, for the native append to check
         without a roll decision of its own: the largest max timestamp an append may carry
         without rolling by time (INT64_MAX when time cannot roll this segment). None when the
-        segment rolls whatever comes (an index is full, or its time is up by the clock).
+        segment rolls whatever comes (an index is full, or its time is up by the clock), or an
+        index entry is due whose disk blocks are not reserved yet (:meth:`append` reserves them,
+        so that a full filesystem fails before anything is written).
 
         The size and offset conditions are the caller's and the native append's."""
         offset_index, time_index = self.offset_index, self.time_index
@@ -437,6 +439,10 @@ class LogSegment:
             or time_index.entries >= time_index.max_entries - 1
         ):
             return None
+        if self.bytes_since_last_index_entry > self.index_interval_bytes and not (
+            offset_index.next_entry_reserved() and time_index.next_entry_reserved()
+        ):
+            return None  # append() reserves the blocks after validating, before writing
         if self.log.size_bytes == 0:
             return INT64_MAX
         allowed_ms = max_segment_ms - self.rolling_jitter_ms

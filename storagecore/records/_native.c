@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "_layout.h"
 #include "_walker.h"
@@ -373,6 +374,7 @@ static int write_plan(int fd, long long position, const uint8_t *data, const pla
     enum { IOVECS_MAX = 512 }; /* below IOV_MAX (1024) */
     struct iovec iov[IOVECS_MAX];
     Py_ssize_t next = 0;
+    const long long start = position;
     while (next < plan->count) {
         int n = 0;
         size_t total = 0;
@@ -391,11 +393,14 @@ static int write_plan(int fd, long long position, const uint8_t *data, const pla
         struct iovec *cursor = iov;
         while (total > 0) {
             ssize_t written = pwritev(fd, cursor, n, (off_t)position);
-            if (written < 0) {
-                if (errno == EINTR) continue;
-                return errno;
+            if (written <= 0) {
+                if (written < 0 && errno == EINTR) continue;
+                int error = written < 0 ? errno : EIO;
+                /* A short write (a full filesystem) leaves no partial batch behind, as
+                 * FileRecords.append: the file ends at the last complete append again. */
+                if (position > start) (void)!ftruncate(fd, (off_t)start); /* the write's errno */
+                return error;
             }
-            if (written == 0) return EIO;
             position += written;
             total -= (size_t)written;
             while (n > 0 && (size_t)written >= cursor->iov_len) { /* a short write: go on */
