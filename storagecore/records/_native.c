@@ -181,8 +181,9 @@ typedef struct {
     long long next_offset, now_ms, before_max_ms, after_max_ms;
     int client, replication, compact, leader_epoch;
     Py_ssize_t max_message_bytes;
-    /* The crc32c package's function: its hardware CRC runs three streams at once, about three
-     * times the speed of _layout.h's one-stream loop on 16 KiB batches, call included. */
+    /* storagecore.records.crc.crc32c, called through Python (a call costs ~3 600 instructions
+     * a batch; calling _layout.h's crc32c directly is a next step now that it runs three
+     * streams too). */
     PyObject *crc_func;
 } validate_params_t;
 
