@@ -33,7 +33,9 @@ Targets: append: our ratio >= Kafka's ratio on the same batches (issue 2's first
 
 The "(floor)" row is a reference, not a target: per batch only a copy, the native validation
 and a ``pwrite``, without segments, indexes, roll decisions or bookkeeping. It shows how much
-of the plain write's speed any append that validates as Kafka does can keep here.
+of the plain write's speed any append that validates as Kafka does can keep here. (``Log.append``
+itself no longer copies: its native append writes rewritten headers and the request's records
+with one ``pwritev``, so it can come above this row.)
 """
 
 from __future__ import annotations

@@ -47,11 +47,17 @@ from storagecore.errors import (
     StorageError,
 )
 from storagecore.index import TimestampOffset
+from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
+from storagecore.records.crc import crc32c
+from storagecore.records.scan import append_uncompressed
 from storagecore.segment import LogSegment
 
 logger = logging.getLogger(__name__)
+
+#: The attributes' low byte, which holds the codec.
+_CODEC_BYTE = layout.ATTRIBUTES_OFFSET + 1
 
 _BASE_OFFSET = struct.Struct(">q")  # the first field of a batch, outside its CRC
 
@@ -71,6 +77,17 @@ class BulkWrite(NamedTuple):
     record_count: int
     size_bytes: int
     segment_count: int
+
+
+class _NativeSettings(NamedTuple):
+    """The settings :meth:`LocalLog.append_native` passes on, read once per config."""
+
+    segment_bytes: int
+    max_segment_ms: int
+    compact: bool
+    max_message_bytes: int
+    message_timestamp_before_max_ms: int
+    message_timestamp_after_max_ms: int
 
 
 @dataclasses.dataclass(slots=True)
@@ -110,6 +127,27 @@ class LocalLog:
         self.closed = False
 
     # -- state ---------------------------------------------------------------------------------
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        # What the native append reads per call, derived once per config; None: it never applies.
+        self._native_settings = (
+            _NativeSettings(
+                config.segment_bytes,
+                config.max_segment_ms,
+                config.compact,
+                config.max_message_bytes,
+                config.message_timestamp_before_max_ms,
+                config.message_timestamp_after_max_ms,
+            )
+            if native_append_applies(config)
+            else None
+        )
+
     @property
     def active_segment(self) -> LogSegment:
         return self.segments[-1]
@@ -256,6 +294,76 @@ class LocalLog:
         if jitter <= 0:
             return 0
         return random.randrange(min(jitter, self.config.segment_ms))
+
+    # -- append --------------------------------------------------------------------------------
+    def append_native(
+        self,
+        data: bytes | bytearray | memoryview,
+        origin: AppendOrigin,
+        now_ms: int,
+        leader_epoch: int,
+    ) -> ValidatedRecords | None:
+        """The common append in one native call (:data:`append_uncompressed`): validated as
+        :func:`validate_and_assign_offsets` does, offsets assigned, written to the active
+        segment (``written`` set), when no batch has a producer id and no roll is due. Returns
+        the validated batches unwritten when a producer or a roll needs the general path, and
+        None (nothing written, nothing decided) when the native validation does not take the
+        request: compressed or invalid batches, other settings, or a request that does not fit
+        the active segment; the caller then validates with the Python reference."""
+        settings = self._native_settings
+        if append_uncompressed is None or settings is None:
+            return None
+        segment = self.segments[-1]
+        file = segment.log
+        position = file.size_bytes
+        if isinstance(data, memoryview):
+            data = data.cast("B")  # len() in bytes, as the written size
+        size = len(data)
+        if size > _CODEC_BYTE and data[_CODEC_BYTE] & layout.COMPRESSION_CODEC_MASK:
+            return None  # a compressed first batch: spare the calls below
+        if size > settings.segment_bytes - position:
+            return None  # a roll, or RecordBatchTooLargeError: the general path decides
+        max_timestamp_no_roll = segment.roll_free_append_limits(settings.max_segment_ms, now_ms)
+        if max_timestamp_no_roll is None:
+            return None
+        next_offset = segment.next_offset()
+        result = append_uncompressed(
+            data,
+            file.fd,
+            position,
+            next_offset,
+            now_ms,
+            origin is AppendOrigin.CLIENT,
+            origin is AppendOrigin.REPLICATION,
+            settings.compact,
+            settings.max_message_bytes,
+            leader_epoch,
+            settings.message_timestamp_before_max_ms,
+            settings.message_timestamp_after_max_ms,
+            segment.base_offset,
+            max_timestamp_no_roll,
+            crc32c,
+        )
+        if result is None:
+            return None
+        first, last, max_timestamp, offset_of_max, records, batches, unwritten = result
+        if unwritten is not None:
+            return ValidatedRecords(
+                unwritten, first, last, max_timestamp, offset_of_max, records, batches, -1
+            )
+        file.size_bytes = position + size  # FileRecords.append's step, done by the native write
+        segment.record_appended(position, size, last, max_timestamp, offset_of_max)
+        return ValidatedRecords(
+            data,
+            first,
+            last,
+            max_timestamp,
+            offset_of_max,
+            records,
+            batches,
+            -1,
+            written=True,
+        )
 
     # -- flush ---------------------------------------------------------------------------------
     def flush(self, offset: int) -> None:

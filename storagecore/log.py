@@ -212,33 +212,41 @@ class Log:
     ) -> LogAppendInfo:
         now_ms = self.clock.milliseconds()
         config = self._local.config
-        validated = validate_and_assign_offsets(
-            data,
-            tp=self.tp,
-            config=config,
-            next_offset=self.log_end_offset,
-            now_ms=now_ms,
-            origin=origin,
-            partition_leader_epoch=self.leader_epoch,
-        )
-        producers = self.producer_state.prepare_append(validated, origin)
-        if producers is not None and producers.duplicate is not None:
-            return producers.duplicate_info(self._log_start_offset)
-        size = len(validated.buffer)
-        if size > config.segment_bytes:
-            raise RecordBatchTooLargeError(
-                f"{self.tp}: append of {size} bytes exceeds segment.bytes={config.segment_bytes}"
+        # The common case, validated and written in one native call; else (or for what it
+        # hands back unwritten: producers, a roll) the general path, Kafka's steps one by one.
+        validated = self._local.append_native(data, origin, now_ms, self.leader_epoch)
+        if validated is None:
+            validated = validate_and_assign_offsets(
+                data,
+                tp=self.tp,
+                config=config,
+                next_offset=self.log_end_offset,
+                now_ms=now_ms,
+                origin=origin,
+                partition_leader_epoch=self.leader_epoch,
             )
-        segment = self._maybe_roll(
-            size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
-        )
-        segment.append(
-            validated.last_offset,
-            validated.max_timestamp,
-            validated.shallow_offset_of_max_timestamp,
-            validated.buffer,
-        )
-        self.producer_state.complete_append(producers, validated.last_offset + 1)
+        size = len(validated.buffer)
+        if validated.written:
+            self.producer_state.complete_append(None, validated.last_offset + 1)
+        else:
+            producers = self.producer_state.prepare_append(validated, origin)
+            if producers is not None and producers.duplicate is not None:
+                return producers.duplicate_info(self._log_start_offset)
+            if size > config.segment_bytes:
+                raise RecordBatchTooLargeError(
+                    f"{self.tp}: append of {size} bytes exceeds segment.bytes="
+                    f"{config.segment_bytes}"
+                )
+            segment = self._maybe_roll(
+                size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
+            )
+            segment.append(
+                validated.last_offset,
+                validated.max_timestamp,
+                validated.shallow_offset_of_max_timestamp,
+                validated.buffer,
+            )
+            self.producer_state.complete_append(producers, validated.last_offset + 1)
         if validated.last_offset + 1 - self._local.recovery_point >= config.flush_messages:
             self._local.flush(validated.last_offset + 1)
         return LogAppendInfo(

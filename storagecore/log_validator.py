@@ -48,7 +48,7 @@ class AppendOrigin(enum.Enum):
 
 
 class ValidatedRecords(NamedTuple):
-    buffer: bytes | bytearray
+    buffer: bytes | bytearray | memoryview
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -56,6 +56,19 @@ class ValidatedRecords(NamedTuple):
     record_count: int
     batch_count: int
     log_append_time: int
+    #: The batches are already in the active segment (the native append wrote them, see
+    #: :meth:`storagecore.local_log.LocalLog.append_native`); ``buffer`` then is the request as
+    #: received, of the written size, without the assigned offsets.
+    written: bool = False
+
+
+def native_append_applies(config: LogConfig) -> bool:
+    """Whether the topic's settings let the native validation take a request: CreateTime, and
+    uncompressed batches stored as they came (no recompression)."""
+    return (
+        config.message_timestamp_type == "CreateTime"
+        and config.compression_type in _KEEPS_UNCOMPRESSED
+    )
 
 
 def target_compression(config: LogConfig, source: Compression) -> Compression:
@@ -96,11 +109,7 @@ def validate_and_assign_offsets(
     if end == 0:
         raise InvalidRecordError(f"{tp}: empty append")
     out = bytearray(view)  # the one copy of the request; offsets are patched into it
-    if (
-        validate_uncompressed is not None
-        and config.message_timestamp_type == "CreateTime"
-        and config.compression_type in _KEEPS_UNCOMPRESSED
-    ):
+    if validate_uncompressed is not None and native_append_applies(config):
         # Native fast path: same checks, same bytes; None hands the request to the code below.
         native = validate_uncompressed(
             out,

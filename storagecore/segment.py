@@ -21,6 +21,7 @@ from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
 from storagecore.records.layout import (
     INT32_MAX,
+    INT64_MAX,
     NO_TIMESTAMP,
 )
 
@@ -204,6 +205,25 @@ class LogSegment:
             self.offset_index.reserve_next()
             self.time_index.reserve_next()
         physical_position = self.log.append(records)
+        self.record_appended(
+            physical_position,
+            len(records),
+            largest_offset,
+            largest_timestamp,
+            shallow_offset_of_max_timestamp,
+        )
+
+    def record_appended(
+        self,
+        physical_position: int,
+        size: int,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+    ) -> None:
+        """The bookkeeping of an append whose ``size`` bytes are in the file at
+        ``physical_position`` (written by :meth:`append`, or by the native append, which writes
+        the batches itself): timestamps, index entries, the next offset."""
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
         if largest_timestamp > self.max_timestamp_so_far:
@@ -216,7 +236,7 @@ class LogSegment:
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
             )
             self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += len(records)
+        self.bytes_since_last_index_entry += size
         self._next_offset = largest_offset + 1
 
     def append_chunks(
@@ -403,6 +423,34 @@ class LogSegment:
             self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
             > params.max_segment_ms - self.rolling_jitter_ms
         )
+
+    def roll_free_append_limits(self, max_segment_ms: int, now_ms: int) -> int | None:
+        """What :meth:`should_roll` leaves open to an append, for the native append to check
+        without a roll decision of its own: the largest max timestamp an append may carry
+        without rolling by time (INT64_MAX when time cannot roll this segment). None when the
+        segment rolls whatever comes (an index is full, or its time is up by the clock), or an
+        index entry is due whose disk blocks are not reserved yet (:meth:`append` reserves them,
+        so that a full filesystem fails before anything is written).
+
+        The size and offset conditions are the caller's and the native append's."""
+        offset_index, time_index = self.offset_index, self.time_index
+        if (
+            offset_index.entries >= offset_index.max_entries
+            or time_index.entries >= time_index.max_entries - 1
+        ):
+            return None
+        if self.bytes_since_last_index_entry > self.index_interval_bytes and not (
+            offset_index.next_entry_reserved() and time_index.next_entry_reserved()
+        ):
+            return None  # append() reserves the blocks after validating, before writing
+        if self.log.size_bytes == 0:
+            return INT64_MAX
+        allowed_ms = max_segment_ms - self.rolling_jitter_ms
+        if self.rolling_based_timestamp is None:
+            self._load_first_batch_timestamp()
+        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
+            return max(min(self.rolling_based_timestamp + allowed_ms, INT64_MAX), -INT64_MAX - 1)
+        return INT64_MAX if now_ms - self.created_ms <= allowed_ms else None
 
     def on_become_inactive_segment(self) -> None:
         """Final time-index entry (the segment's max timestamp) and trimmed indexes."""

@@ -137,6 +137,11 @@ class AbstractIndex:
         os.posix_fallocate(self._fd, self._reserved, upto - self._reserved)
         self._reserved = upto
 
+    def next_entry_reserved(self) -> bool:
+        """Whether :meth:`reserve_next` has nothing to do (the next entry has its blocks)."""
+        end = (self.entries + 1) * self.entry.size
+        return end <= self._reserved or end > self._length
+
     def _write_entry(self, values: tuple[int, ...]) -> None:
         if self.entries >= self.max_entries:
             raise AssertionError(f"{self.path}: append to a full index ({self.entries} entries)")

@@ -385,7 +385,7 @@ def rebuild_producer_state(
     manager.take_snapshot()
 
 
-def _batch_positions(buffer: bytes | bytearray, batch_count: int) -> Iterator[int]:
+def _batch_positions(buffer: bytes | bytearray | memoryview, batch_count: int) -> Iterator[int]:
     position = 0
     for _ in range(batch_count):
         yield position

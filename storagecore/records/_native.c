@@ -15,7 +15,10 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "_layout.h"
 #include "_walker.h"
@@ -142,20 +145,53 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
 
 /* ---- whole-request validation of uncompressed batches (the append fast path) ------------------
  *
+ * Two entry points share one validation (plan_uncompressed), which reads the request without
+ * changing it and records per batch what the leader rewrites (base offset, leader epoch, and where
+ * they differ the max timestamp, the timestamp type bit and hence the CRC):
+ *
  * validate_uncompressed(out, next_offset, now_ms, client, replication, compact, max_message_bytes,
  *                       leader_epoch, before_max_ms, after_max_ms, crc32c)
+ *   `out` is a bytearray holding a copy of the request; the rewrites are applied to it in place.
  *
- * `out` is a bytearray holding a copy of the request. When every batch is uncompressed and every
- * check of storagecore.log_validator passes, patches base offsets, leader epochs and (where they
- * differ) max timestamps and CRCs into `out`, and returns
- * (first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count, batch_count).
- * Otherwise returns None and leaves the decision (and the error message) to the Python reference,
- * which is the specification. The topic must use CreateTime. Field positions are those of
- * storagecore/records/layout.py; test_native.py checks the exported copies.
+ * append_uncompressed(data, fd, position, next_offset, now_ms, client, replication, compact,
+ *                     max_message_bytes, leader_epoch, before_max_ms, after_max_ms,
+ *                     segment_base_offset, max_timestamp_no_roll, crc32c)
+ *   Kafka's LogValidator and FileRecords.append in one call: when no batch has a producer id, the
+ *   last offset is addressable from `segment_base_offset` and the request's max timestamp is at
+ *   most `max_timestamp_no_roll` (what the caller's roll decision allows), writes the batches at
+ *   `position` of `fd` with pwritev: each batch's rewritten 61-byte header followed by its
+ *   records straight from `data`, without copying the request. Otherwise writes nothing and
+ *   returns a bytearray of the rewritten bytes for the caller's general path (producer state,
+ *   roll). The file gets exactly the bytes validate_uncompressed leaves in `out`.
+ *
+ * Both return (first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
+ * batch_count[, unwritten bytearray or None]) when every batch is uncompressed and every check of
+ * storagecore.log_validator passes. Otherwise they return None, change nothing, and leave the
+ * decision (and the error message) to the Python reference, which is the specification. The
+ * topic must use CreateTime. Field positions are those of storagecore/records/layout.py;
+ * test_native.py checks the exported copies.
  */
-/* CRC-32C of out[start:end] through the Python-level crc32c function; -1 on error. */
-static long long crc_of(PyObject *crc_func, uint8_t *base, Py_ssize_t start, Py_ssize_t end) {
-    PyObject *view = PyMemoryView_FromMemory((char *)base + start, end - start, PyBUF_READ);
+typedef struct {
+    Py_ssize_t pos, size;
+    long long assigned, batch_max;
+    int fix_max; /* max timestamp or timestamp type rewritten: the CRC is computed again */
+} planned_batch_t;
+
+typedef struct {
+    long long next_offset, now_ms, before_max_ms, after_max_ms;
+    int client, replication, compact, leader_epoch;
+    Py_ssize_t max_message_bytes;
+    /* storagecore.records.crc.crc32c, called through Python (a call costs ~3 600 instructions
+     * a batch; calling _layout.h's crc32c directly is a next step now that it runs three
+     * streams too). */
+    PyObject *crc_func;
+} validate_params_t;
+
+/* CRC-32C of base[start:end] through the Python-level crc32c function; -1 on error. */
+static long long crc_of(PyObject *crc_func, const uint8_t *base, Py_ssize_t start,
+                        Py_ssize_t end) {
+    PyObject *view =
+        PyMemoryView_FromMemory((char *)(uintptr_t)(base + start), end - start, PyBUF_READ);
     if (view == NULL) return -1;
     PyObject *value = PyObject_CallOneArg(crc_func, view);
     Py_DECREF(view);
@@ -166,36 +202,44 @@ static long long crc_of(PyObject *crc_func, uint8_t *base, Py_ssize_t start, Py_
     return (long long)crc;
 }
 
-static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
-    PyObject *out_obj, *crc_func;
-    long long next_offset, now_ms, before_max_ms, after_max_ms;
-    int client, replication, compact, leader_epoch;
-    Py_ssize_t max_message_bytes;
-    if (!PyArg_ParseTuple(args, "YLLpppniLLO", &out_obj, &next_offset, &now_ms, &client,
-                          &replication, &compact, &max_message_bytes, &leader_epoch,
-                          &before_max_ms, &after_max_ms, &crc_func))
-        return NULL;
-    uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out_obj);
-    Py_ssize_t end = PyByteArray_GET_SIZE(out_obj);
-    if (end == 0) Py_RETURN_NONE;
-    long long counter = next_offset, first_offset = -1, max_timestamp = -1, offset_of_max = -1;
+typedef struct {
+    planned_batch_t one; /* the common request holds one batch: no allocation */
+    planned_batch_t *batches;
+    Py_ssize_t count, capacity;
+    long long first_offset, last_offset, max_timestamp, offset_of_max, record_count;
+    int has_producer;
+} plan_t;
+
+static void plan_release(plan_t *plan) {
+    if (plan->batches != &plan->one) PyMem_Free(plan->batches);
+}
+
+/* 1: every batch valid (plan filled); 0: hand the request to Python; -1: an exception is set. */
+static int plan_uncompressed(const uint8_t *buf, Py_ssize_t end, const validate_params_t *p,
+                             plan_t *plan) {
+    plan->batches = &plan->one;
+    plan->count = 0;
+    plan->capacity = 1;
+    plan->has_producer = 0;
+    if (end == 0) return 0;
+    long long counter = p->next_offset, first_offset = -1, max_timestamp = -1, offset_of_max = -1;
     long long record_count = 0;
-    Py_ssize_t batch_count = 0, pos = 0;
+    Py_ssize_t pos = 0;
     while (pos < end) {
-        if (end - pos < RECORD_BATCH_OVERHEAD) Py_RETURN_NONE;
-        uint8_t *b = buf + pos;
+        if (end - pos < RECORD_BATCH_OVERHEAD) return 0;
+        const uint8_t *b = buf + pos;
         int64_t base_offset = get64(b + BASE_OFFSET_OFFSET);
         int32_t length = get32(b + LENGTH_OFFSET);
         Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
-        if (size < RECORD_BATCH_OVERHEAD || size > end - pos) Py_RETURN_NONE;
-        if (b[MAGIC_OFFSET] != 2) Py_RETURN_NONE;
-        uint32_t stored_crc = (uint32_t)get32(b + CRC_OFFSET);
-        long long crc = crc_of(crc_func, buf, pos + ATTRIBUTES_OFFSET, pos + size);
-        if (crc < 0) return NULL;
-        if ((uint32_t)crc != stored_crc) Py_RETURN_NONE;
+        if (size < RECORD_BATCH_OVERHEAD || size > end - pos) return 0;
+        if (b[MAGIC_OFFSET] != 2) return 0;
         int16_t attributes = get16(b + ATTRIBUTES_OFFSET);
-        if ((attributes & CODEC_MASK) != 0) Py_RETURN_NONE; /* compressed: the Python path */
-        if (size > max_message_bytes) Py_RETURN_NONE;
+        /* Compressed: the Python path (checked before the CRC, which that path computes). */
+        if ((attributes & CODEC_MASK) != 0) return 0;
+        long long crc = crc_of(p->crc_func, buf, pos + ATTRIBUTES_OFFSET, pos + size);
+        if (crc < 0) return -1;
+        if ((uint32_t)crc != (uint32_t)get32(b + CRC_OFFSET)) return 0;
+        if (size > p->max_message_bytes) return 0;
         int is_control = (attributes & CONTROL_FLAG_MASK) != 0;
         int32_t last_delta = get32(b + LAST_OFFSET_DELTA_OFFSET);
         int64_t base_timestamp = get64(b + BASE_TIMESTAMP_OFFSET);
@@ -203,48 +247,57 @@ static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
         int64_t producer_id = get64(b + PRODUCER_ID_OFFSET);
         int32_t base_sequence = get32(b + BASE_SEQUENCE_OFFSET);
         int32_t count = get32(b + RECORDS_COUNT_OFFSET);
-        if (client) {
-            if (base_offset != 0) Py_RETURN_NONE;
-            if (count <= 0 || (int64_t)last_delta + 1 != count) Py_RETURN_NONE;
-            if (is_control) Py_RETURN_NONE;
-            if (producer_id != -1 && base_sequence < 0) Py_RETURN_NONE;
-            if (attributes & TIMESTAMP_TYPE_MASK) Py_RETURN_NONE;
+        if (p->client) {
+            if (base_offset != 0) return 0;
+            if (count <= 0 || (int64_t)last_delta + 1 != count) return 0;
+            if (is_control) return 0;
+            if (producer_id != -1 && base_sequence < 0) return 0;
+            if (attributes & TIMESTAMP_TYPE_MASK) return 0;
         } else if (count < 0 || last_delta < 0 || (int64_t)count > (int64_t)last_delta + 1) {
-            Py_RETURN_NONE;
+            return 0;
         }
         long long assigned;
-        if (replication) {
-            if (base_offset < counter) Py_RETURN_NONE;
+        if (p->replication) {
+            if (base_offset < counter) return 0;
             assigned = base_offset;
         } else {
             assigned = counter;
         }
         scan_t r;
         scan_impl(b + RECORD_BATCH_OVERHEAD, size - RECORD_BATCH_OVERHEAD, count, base_timestamp, &r);
-        if (r.problem != PROBLEM_NONE) Py_RETURN_NONE;
-        if (client && !r.sequential) Py_RETURN_NONE;
-        if (r.null_keys && compact && !is_control) Py_RETURN_NONE;
+        if (r.problem != PROBLEM_NONE) return 0;
+        if (p->client && !r.sequential) return 0;
+        if (r.null_keys && p->compact && !is_control) return 0;
         if (count && !is_control) {
             long long behind, ahead;
-            if (__builtin_sub_overflow(now_ms, r.min_ts, &behind) || behind > before_max_ms)
-                Py_RETURN_NONE;
-            if (__builtin_sub_overflow(r.max_ts, now_ms, &ahead) || ahead > after_max_ms)
-                Py_RETURN_NONE;
+            if (__builtin_sub_overflow(p->now_ms, r.min_ts, &behind) || behind > p->before_max_ms)
+                return 0;
+            if (__builtin_sub_overflow(r.max_ts, p->now_ms, &ahead) || ahead > p->after_max_ms)
+                return 0;
         }
         long long last_offset;
-        if (__builtin_add_overflow(assigned, (long long)last_delta, &last_offset)) Py_RETURN_NONE;
-        put64(b + BASE_OFFSET_OFFSET, assigned);
-        if (!replication) put32(b + PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)leader_epoch);
-        long long batch_max = count ? r.max_ts : batch_max_timestamp;
-        if (batch_max != batch_max_timestamp || (attributes & TIMESTAMP_TYPE_MASK)) {
-            uint16_t cleared = (uint16_t)attributes & (uint16_t)~TIMESTAMP_TYPE_MASK;
-            b[ATTRIBUTES_OFFSET] = (uint8_t)(cleared >> 8);
-            b[ATTRIBUTES_OFFSET + 1] = (uint8_t)cleared;
-            put64(b + MAX_TIMESTAMP_OFFSET, batch_max);
-            long long fixed = crc_of(crc_func, buf, pos + ATTRIBUTES_OFFSET, pos + size);
-            if (fixed < 0) return NULL;
-            put32(b + CRC_OFFSET, (uint32_t)fixed);
+        if (__builtin_add_overflow(assigned, (long long)last_delta, &last_offset)) return 0;
+        if (plan->count == plan->capacity) {
+            Py_ssize_t capacity = plan->capacity * 4;
+            planned_batch_t *grown = PyMem_Malloc((size_t)capacity * sizeof(planned_batch_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(grown, plan->batches, (size_t)plan->count * sizeof(planned_batch_t));
+            plan_release(plan);
+            plan->batches = grown;
+            plan->capacity = capacity;
         }
+        planned_batch_t *planned = &plan->batches[plan->count++];
+        long long batch_max = count ? r.max_ts : batch_max_timestamp;
+        planned->pos = pos;
+        planned->size = size;
+        planned->assigned = assigned;
+        planned->batch_max = batch_max;
+        planned->fix_max =
+            batch_max != batch_max_timestamp || (attributes & TIMESTAMP_TYPE_MASK) != 0;
+        if (producer_id != -1) plan->has_producer = 1;
         if (first_offset < 0) first_offset = assigned;
         if (batch_max > max_timestamp) {
             max_timestamp = batch_max;
@@ -252,11 +305,199 @@ static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
         }
         counter = last_offset + 1;
         record_count += count;
-        batch_count++;
         pos += size;
     }
-    return Py_BuildValue("(LLLLLn)", first_offset, counter - 1, max_timestamp,
-                         offset_of_max >= 0 ? offset_of_max : counter - 1, record_count, batch_count);
+    plan->first_offset = first_offset;
+    plan->last_offset = counter - 1;
+    plan->max_timestamp = max_timestamp;
+    plan->offset_of_max = offset_of_max >= 0 ? offset_of_max : counter - 1;
+    plan->record_count = record_count;
+    return 1;
+}
+
+/* Apply one planned batch's rewrites to the batch's header at `b`. With `whole` (the whole batch
+ * at `b`, not only its header) the CRC is recomputed when the plan says so; without it the caller
+ * does that. */
+static int rewrite_header(uint8_t *b, const planned_batch_t *planned, const validate_params_t *p,
+                          int whole) {
+    put64(b + BASE_OFFSET_OFFSET, planned->assigned);
+    if (!p->replication) put32(b + PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)p->leader_epoch);
+    if (planned->fix_max) {
+        uint16_t cleared = (uint16_t)get16(b + ATTRIBUTES_OFFSET) & (uint16_t)~TIMESTAMP_TYPE_MASK;
+        put16(b + ATTRIBUTES_OFFSET, cleared);
+        put64(b + MAX_TIMESTAMP_OFFSET, planned->batch_max);
+        if (whole) {
+            long long crc = crc_of(p->crc_func, b, ATTRIBUTES_OFFSET, planned->size);
+            if (crc < 0) return -1;
+            put32(b + CRC_OFFSET, (uint32_t)crc);
+        }
+    }
+    return 0;
+}
+
+/* 0, or -1 with an exception set (the buffer then partly rewritten). */
+static int apply_plan(uint8_t *buf, const plan_t *plan, const validate_params_t *p) {
+    for (Py_ssize_t i = 0; i < plan->count; i++)
+        if (rewrite_header(buf + plan->batches[i].pos, &plan->batches[i], p, 1) < 0) return -1;
+    return 0;
+}
+
+static PyObject *plan_result(const plan_t *plan) {
+    return Py_BuildValue("(LLLLLn)", plan->first_offset, plan->last_offset, plan->max_timestamp,
+                         plan->offset_of_max, plan->record_count, plan->count);
+}
+
+static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
+    PyObject *out_obj;
+    validate_params_t p;
+    if (!PyArg_ParseTuple(args, "YLLpppniLLO", &out_obj, &p.next_offset, &p.now_ms, &p.client,
+                          &p.replication, &p.compact, &p.max_message_bytes, &p.leader_epoch,
+                          &p.before_max_ms, &p.after_max_ms, &p.crc_func))
+        return NULL;
+    uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out_obj);
+    plan_t plan;
+    int planned = plan_uncompressed(buf, PyByteArray_GET_SIZE(out_obj), &p, &plan);
+    PyObject *result = NULL;
+    if (planned == 1) {
+        if (apply_plan(buf, &plan, &p) == 0) result = plan_result(&plan);
+    } else if (planned == 0) {
+        result = Py_NewRef(Py_None);
+    }
+    plan_release(&plan);
+    return result;
+}
+
+/* Write the planned batches at `position`: per batch its rewritten header (from `headers`, or a
+ * rewritten copy of the whole batch in `copies` when its CRC changes), then its records from
+ * `data`. 0 on success, else errno. Runs without the GIL. */
+static int write_plan(int fd, long long position, const uint8_t *data, const plan_t *plan,
+                      uint8_t *headers, uint8_t *const *copies) {
+    enum { IOVECS_MAX = 512 }; /* below IOV_MAX (1024) */
+    struct iovec iov[IOVECS_MAX];
+    Py_ssize_t next = 0;
+    const long long start = position;
+    while (next < plan->count) {
+        int n = 0;
+        size_t total = 0;
+        for (; next < plan->count && n + 2 <= IOVECS_MAX; next++) {
+            const planned_batch_t *planned = &plan->batches[next];
+            if (copies[next] != NULL) {
+                iov[n++] = (struct iovec){copies[next], (size_t)planned->size};
+            } else {
+                iov[n++] = (struct iovec){headers + next * RECORD_BATCH_OVERHEAD,
+                                          RECORD_BATCH_OVERHEAD};
+                iov[n++] = (struct iovec){(void *)(data + planned->pos + RECORD_BATCH_OVERHEAD),
+                                          (size_t)(planned->size - RECORD_BATCH_OVERHEAD)};
+            }
+            total += (size_t)planned->size;
+        }
+        struct iovec *cursor = iov;
+        while (total > 0) {
+            ssize_t written = pwritev(fd, cursor, n, (off_t)position);
+            if (written <= 0) {
+                if (written < 0 && errno == EINTR) continue;
+                int error = written < 0 ? errno : EIO;
+                /* A short write (a full filesystem) leaves no partial batch behind, as
+                 * FileRecords.append: the file ends at the last complete append again. */
+                if (position > start) (void)!ftruncate(fd, (off_t)start); /* the write's errno */
+                return error;
+            }
+            position += written;
+            total -= (size_t)written;
+            while (n > 0 && (size_t)written >= cursor->iov_len) { /* a short write: go on */
+                written -= (ssize_t)cursor->iov_len;
+                cursor++;
+                n--;
+            }
+            if (n > 0) {
+                cursor->iov_base = (uint8_t *)cursor->iov_base + written;
+                cursor->iov_len -= (size_t)written;
+            }
+        }
+    }
+    return 0;
+}
+
+static PyObject *append_planned(const uint8_t *data, int fd, long long position,
+                                const plan_t *plan, const validate_params_t *p) {
+    Py_ssize_t count = plan->count;
+    uint8_t *headers = PyMem_Malloc((size_t)count * (RECORD_BATCH_OVERHEAD + sizeof(uint8_t *)));
+    if (headers == NULL) return PyErr_NoMemory();
+    uint8_t **copies = (uint8_t **)(headers + count * RECORD_BATCH_OVERHEAD);
+    int failed = 0; /* 1: out of memory; -1: the CRC call raised */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const planned_batch_t *planned = &plan->batches[i];
+        copies[i] = NULL;
+        if (failed) continue;
+        if (planned->fix_max) { /* a new CRC: rewrite a copy of the whole batch */
+            copies[i] = PyMem_Malloc((size_t)planned->size);
+            if (copies[i] == NULL) {
+                failed = 1;
+                continue;
+            }
+            memcpy(copies[i], data + planned->pos, (size_t)planned->size);
+            if (rewrite_header(copies[i], planned, p, 1) < 0) failed = -1;
+        } else {
+            uint8_t *header = headers + i * RECORD_BATCH_OVERHEAD;
+            memcpy(header, data + planned->pos, RECORD_BATCH_OVERHEAD);
+            rewrite_header(header, planned, p, 0);
+        }
+    }
+    int error = 0;
+    if (!failed) {
+        Py_BEGIN_ALLOW_THREADS
+        error = write_plan(fd, position, data, plan, headers, copies);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t i = 0; i < count; i++) PyMem_Free(copies[i]);
+    PyMem_Free(headers);
+    if (failed < 0) return NULL;
+    if (failed) return PyErr_NoMemory();
+    if (error != 0) {
+        errno = error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return Py_BuildValue("(LLLLLnO)", plan->first_offset, plan->last_offset, plan->max_timestamp,
+                         plan->offset_of_max, plan->record_count, plan->count, Py_None);
+}
+
+static PyObject *append_uncompressed(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    int fd;
+    long long position, segment_base_offset, max_timestamp_no_roll;
+    validate_params_t p;
+    if (!PyArg_ParseTuple(args, "y*iLLLpppniLLLLO", &data, &fd, &position, &p.next_offset,
+                          &p.now_ms, &p.client, &p.replication, &p.compact, &p.max_message_bytes,
+                          &p.leader_epoch, &p.before_max_ms, &p.after_max_ms,
+                          &segment_base_offset, &max_timestamp_no_roll, &p.crc_func))
+        return NULL;
+    const uint8_t *buf = (const uint8_t *)data.buf;
+    plan_t plan;
+    int planned = plan_uncompressed(buf, data.len, &p, &plan);
+    PyObject *result = NULL;
+    if (planned == 0) {
+        result = Py_NewRef(Py_None);
+    } else if (planned == 1) {
+        long long relative;
+        int writes = !plan.has_producer && plan.max_timestamp <= max_timestamp_no_roll &&
+                     !__builtin_sub_overflow(plan.last_offset, segment_base_offset, &relative) &&
+                     relative >= 0 && relative <= INT32_MAX && plan.first_offset >= segment_base_offset;
+        if (writes) {
+            result = append_planned(buf, fd, position, &plan, &p);
+        } else {
+            PyObject *out = PyByteArray_FromStringAndSize((const char *)buf, data.len);
+            if (out != NULL && apply_plan((uint8_t *)PyByteArray_AS_STRING(out), &plan, &p) < 0)
+                Py_CLEAR(out);
+            if (out != NULL) {
+                result = Py_BuildValue("(LLLLLnN)", plan.first_offset, plan.last_offset,
+                                       plan.max_timestamp, plan.offset_of_max, plan.record_count,
+                                       plan.count, out);
+            }
+        }
+    }
+    plan_release(&plan);
+    PyBuffer_Release(&data);
+    return result;
 }
 
 /* _columns.c */
@@ -288,6 +529,9 @@ static PyMethodDef methods[] = {
      "scan_records(payload, count, base_timestamp) -> (problem, max_ts, min_ts, null_keys, sequential)"},
     {"validate_uncompressed", validate_uncompressed, METH_VARARGS,
      "Whole-request validation of uncompressed batches; None means: use the Python path."},
+    {"append_uncompressed", append_uncompressed, METH_VARARGS,
+     "Validate uncompressed batches and write them to a segment's file; None means: use the "
+     "Python path."},
     {"decode_columns", storagecore_decode_columns, METH_VARARGS,
      "decode_columns(region, position, end, columns, min_offset, max_offset, include_control, "
      "max_output_bytes, decompress) -> (rows, batches, position, problem, buffers, null_counts, "

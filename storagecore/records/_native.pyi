@@ -59,6 +59,29 @@ def validate_uncompressed(
     """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
     batch_count), or None: use the Python path."""
 
+def append_uncompressed(
+    data: bytes | bytearray | memoryview,
+    fd: int,
+    position: int,
+    next_offset: int,
+    now_ms: int,
+    client: bool,
+    replication: bool,
+    compact: bool,
+    max_message_bytes: int,
+    leader_epoch: int,
+    before_max_ms: int,
+    after_max_ms: int,
+    segment_base_offset: int,
+    max_timestamp_no_roll: int,
+    crc32c: Callable[[memoryview], int],
+    /,
+) -> tuple[int, int, int, int, int, int, bytearray | None] | None:
+    """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
+    batch_count, unwritten): written at ``position`` of ``fd`` when ``unwritten`` is None, else
+    validated but not written (``unwritten`` holds the rewritten bytes); None: use the Python
+    path, nothing written."""
+
 def decode_columns(
     region: bytes | bytearray | memoryview,
     position: int,

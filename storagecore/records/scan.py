@@ -7,7 +7,9 @@ test suite runs both on the same inputs and asserts which one is loaded.
 
 The extension also offers :data:`validate_uncompressed`, a whole-request fast path for the
 append validator (None without the extension): it accepts only what the Python validator
-accepts, with identical output bytes, and otherwise hands the request back to it.
+accepts, with identical output bytes, and otherwise hands the request back to it; and
+:data:`append_uncompressed`, the same validation fused with the segment write (the log's
+common-case append, :meth:`storagecore.local_log.LocalLog.append_fast`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ ValidateUncompressed = Callable[
     [bytearray, int, int, bool, bool, bool, int, int, int, int, Callable[..., int]],
     tuple[int, int, int, int, int, int] | None,
 ]
+#: (data, fd, position, next_offset, now_ms, client, replication, compact, max_message_bytes,
+#:  leader_epoch, before_max_ms, after_max_ms, segment_base_offset, max_timestamp_no_roll,
+#:  crc32c) ->
+#:  (first, last, max_ts, offset_of_max, records, batches, unwritten bytes or None) or None; see
+#:  storagecore/records/_native.c.
+AppendUncompressed = Callable[
+    [bytes | bytearray | memoryview, int, int, int, int, bool, bool, bool, int, int, int, int,
+     int, int, Callable[..., int]],
+    tuple[int, int, int, int, int, int, bytearray | None] | None,
+]  # fmt: skip
 
 
 _NATIVE = load_extension("storagecore.records._native")
@@ -35,7 +47,16 @@ scan_records: Final[_Scan] = _scan_py.scan_records if _NATIVE is None else _NATI
 validate_uncompressed: Final[ValidateUncompressed | None] = (
     None if _NATIVE is None else _NATIVE.validate_uncompressed
 )
+append_uncompressed: Final[AppendUncompressed | None] = (
+    None if _NATIVE is None else _NATIVE.append_uncompressed
+)
 #: "c" or "python": which implementation this process uses (tests assert it).
 IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
 
-__all__ = ["IMPLEMENTATION", "ScanResult", "scan_records", "validate_uncompressed"]
+__all__ = [
+    "IMPLEMENTATION",
+    "ScanResult",
+    "append_uncompressed",
+    "scan_records",
+    "validate_uncompressed",
+]

@@ -20,6 +20,7 @@ from storagecore import (
     TopicPartition,
     build_batch,
     disk_space,
+    local_log,
 )
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.disk_space import DiskSpace, default_floor, is_disk_full
@@ -92,7 +93,7 @@ def records(n: int, start: int = 0) -> bytes:
     )
 
 
-@pytest.mark.parametrize("where", ["pwrite", "fallocate"])
+@pytest.mark.parametrize("where", ["pwrite", "fallocate", "native write"])
 def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
@@ -118,13 +119,23 @@ def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
         def no_blocks(fd: int, offset: int, length: int) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        if where == "pwrite":
+        saved_fd = -1
+        if where == "pwrite":  # os.pwrite is the general path's (FileRecords.append)
+            monkeypatch.setattr(local_log, "append_uncompressed", None)
             monkeypatch.setattr(os, "pwrite", short_pwrite)
-        else:
+        elif where == "fallocate":
             monkeypatch.setattr(segment.offset_index, "_reserved", 0)
             monkeypatch.setattr(os, "posix_fallocate", no_blocks)
+        else:  # the native append's pwritev, on a descriptor that now leads to /dev/full
+            saved_fd = os.dup(segment.log.fd)
+            full = os.open("/dev/full", os.O_WRONLY)
+            os.dup2(full, segment.log.fd)
+            os.close(full)
         with pytest.raises(LogDirFullError, match="nothing was written"):
             log.append(records(5, 10))
+        if saved_fd >= 0:
+            os.dup2(saved_fd, segment.log.fd)
+            os.close(saved_fd)
         assert not log.offline and tmp_path.resolve() in manager.online_dirs
         assert segment.log.path.stat().st_size == size == segment.size_bytes
         assert log.log_end_offset == end

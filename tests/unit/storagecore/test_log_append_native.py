@@ -1,0 +1,297 @@
+"""The native append (``LocalLog.append_native``: validation and the segment write in one C
+call) against the general path (validation, producer state, roll, ``LogSegment.append`` one
+step at a time), on the same requests.
+
+Two logs with the same settings and clocks take the same sequence of generated requests, one
+with the native append and one without it; the general path runs once with the native
+validator and once with the pure-Python one (the specification). Every append must give the
+same LogAppendInfo or the same error, and at every step both directories must hold
+byte-identical files: segments, offset and time indexes, producer snapshots. A refused request
+writes nothing. A spy counts the native writes, so a change that quietly stops taking the
+native append fails here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+
+from storagecore import (
+    Log,
+    LogConfig,
+    ManualClock,
+    NewRecord,
+    StorageError,
+    build_batch,
+    local_log,
+    log_validator,
+)
+from storagecore.log_validator import AppendOrigin
+from storagecore.records import layout
+from storagecore.records.crc import crc32c
+from storagecore.records.scan import append_uncompressed
+from tests.conftest import START_MS
+
+pytestmark = pytest.mark.skipif(append_uncompressed is None, reason="native speed-up not built")
+
+
+class _Spy:
+    """Calls the real native append and counts the appends it wrote."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.calls = 0
+
+    def __call__(self, *args: Any) -> Any:
+        assert append_uncompressed is not None
+        self.calls += 1
+        result = append_uncompressed(*args)
+        if result is not None and result[-1] is None:
+            self.written += 1
+        return result
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
+    spy = _Spy()
+    monkeypatch.setattr(local_log, "append_uncompressed", spy)
+    return spy
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Refused:
+    error: str
+    message: str
+
+
+def _append(log: Log, data: bytes, origin: AppendOrigin) -> object:
+    try:
+        return log.append(data, origin=origin)
+    except StorageError as exc:
+        return _Refused(type(exc).__name__, str(exc))
+
+
+class _Twins:
+    """The log under test (native append) and its references (general path: native validator,
+    pure-Python validator)."""
+
+    def __init__(self, config: LogConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.root = Path(tempfile.mkdtemp())
+        self.clocks = [ManualClock(START_MS) for _ in range(3)]
+        self.logs = [
+            Log.open(self.root / f"t{i}" / "topic-0", config, clock)
+            for i, clock in enumerate(self.clocks)
+        ]
+        self.monkeypatch = monkeypatch
+        self.native_append = local_log.append_uncompressed
+
+    def close(self) -> None:
+        for log in self.logs:
+            log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def advance(self, ms: int) -> None:
+        for clock in self.clocks:
+            clock.advance(ms)
+
+    def append(self, data: bytes, origin: AppendOrigin) -> list[object]:
+        results = [_append(self.logs[0], data, origin)]
+        with self.monkeypatch.context() as patch:
+            patch.setattr(local_log, "append_uncompressed", None)
+            results.append(_append(self.logs[1], data, origin))
+            patch.setattr(log_validator, "validate_uncompressed", None)
+            results.append(_append(self.logs[2], data, origin))
+        return results
+
+    def directories(self) -> Iterator[dict[str, bytes]]:
+        for log in self.logs:
+            yield _files(log.directory)
+
+
+record = st.builds(
+    NewRecord,
+    key=st.one_of(st.none(), st.binary(min_size=1, max_size=6)),
+    value=st.one_of(st.none(), st.binary(max_size=300)),
+    timestamp=st.integers(min_value=-2_000, max_value=4_000),
+)
+batch_args = st.fixed_dictionaries(
+    {
+        "records": st.lists(record, min_size=1, max_size=8),
+        "producer": st.sampled_from([None, None, None, 7, 8]),
+        "max_timestamp": st.one_of(st.none(), st.just(0)),
+    }
+)
+request = st.fixed_dictionaries(
+    {
+        "batches": st.lists(batch_args, min_size=1, max_size=3),
+        "origin": st.sampled_from([AppendOrigin.CLIENT] * 4 + [AppendOrigin.REPLICATION]),
+        "mutation": st.one_of(
+            st.none(), st.none(), st.tuples(st.integers(min_value=0), st.integers(0, 255))
+        ),
+        "fix_crc": st.booleans(),
+        "cut": st.sampled_from([0, 0, 0, 1, 30]),
+        "resend": st.integers(0, 5),
+        "advance_ms": st.sampled_from([0, 0, 1, 700, 5_000]),
+    }
+)
+configs = st.builds(
+    LogConfig,
+    segment_bytes=st.sampled_from([600, 2_000, 1 << 20]),
+    segment_ms=st.sampled_from([1_000, 7 * 24 * 3_600_000]),
+    segment_index_bytes=st.sampled_from([24, 4_096]),
+    index_interval_bytes=st.sampled_from([1, 300, 4_096]),
+    flush_messages=st.sampled_from([3, 2**63 - 1]),
+    cleanup_policy=st.sampled_from([("delete",), ("compact",)]),
+    message_timestamp_before_max_ms=st.sampled_from([2**63 - 1, 1_500]),
+    max_message_bytes=st.sampled_from([1_048_588, 900]),
+)
+
+
+def _build(args: dict[str, Any], base_ms: int, sequences: dict[int, int], offset: int) -> bytes:
+    records = [
+        NewRecord(key=r.key, value=r.value, timestamp=base_ms + r.timestamp)
+        for r in args["records"]
+    ]
+    producer = args["producer"]
+    kwargs: dict[str, Any] = {}
+    if producer is not None:
+        kwargs = {
+            "producer_id": producer,
+            "producer_epoch": 0,
+            "base_sequence": sequences.get(producer, 0),
+        }
+        sequences[producer] = sequences.get(producer, 0) + len(records)
+    if args["max_timestamp"] is not None:
+        kwargs["max_timestamp"] = base_ms  # a wrong max timestamp: rewritten, CRC recomputed
+    return build_batch(records, base_offset=offset, **kwargs)
+
+
+@given(config=configs, requests=st.lists(request, min_size=1, max_size=10))
+def test_native_append_matches_the_general_path(
+    config: LogConfig, requests: list[dict[str, Any]]
+) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        twins = _Twins(config, monkeypatch)
+        try:
+            _run(twins, requests)
+        finally:
+            twins.close()
+
+
+def _run(twins: _Twins, requests: list[dict[str, Any]]) -> None:
+    sequences: dict[int, int] = {}
+    sent: list[bytes] = []
+    for args in requests:
+        twins.advance(args["advance_ms"])
+        base_ms = twins.clocks[0].milliseconds()
+        origin = args["origin"]
+        if args["resend"] == 0 and sent:
+            data = sent[-1]  # a producer's retry: a duplicate when it carries a producer id
+        else:
+            offset = twins.logs[0].log_end_offset if origin is AppendOrigin.REPLICATION else 0
+            pieces = []
+            for batch in args["batches"]:
+                pieces.append(_build(batch, base_ms, sequences, offset))
+                offset += len(batch["records"])
+            data = _mutate(b"".join(pieces), args)
+        sent.append(data)
+        before = list(twins.directories())
+        results = twins.append(data, origin)
+        event("refused" if isinstance(results[0], _Refused) else "appended")
+        assert results[0] == results[1] == results[2], data.hex()
+        after = list(twins.directories())
+        assert after[0] == after[1] == after[2]
+        if isinstance(results[0], _Refused):
+            assert after[0] == before[0], "a refused request changed the log's files"
+
+
+def _mutate(data: bytes, args: dict[str, Any]) -> bytes:
+    out = bytearray(data)
+    if args["mutation"] is not None:
+        position, value = args["mutation"]
+        out[position % len(out)] = value
+        if args["fix_crc"] and len(out) >= layout.RECORD_BATCH_OVERHEAD:
+            (length,) = struct.unpack_from(">i", out, layout.LENGTH_OFFSET)
+            end = min(len(out), max(layout.RECORD_BATCH_OVERHEAD, length + layout.LOG_OVERHEAD))
+            struct.pack_into(
+                ">I", out, layout.CRC_OFFSET, crc32c(bytes(out[layout.ATTRIBUTES_OFFSET : end]))
+            )
+    return bytes(out[: len(out) - args["cut"]])
+
+
+def _ordinary(count: int, base_ms: int, **kwargs: Any) -> bytes:
+    return build_batch(
+        [NewRecord(key=b"k%d" % i, value=b"v" * 50, timestamp=base_ms + i) for i in range(count)],
+        **kwargs,
+    )
+
+
+def test_ordinary_appends_take_the_native_append(tmp_path: Path, spy: _Spy) -> None:
+    clock = ManualClock(START_MS)
+    log = Log.open(tmp_path / "topic-0", LogConfig(index_interval_bytes=100), clock)
+    infos = [log.append(_ordinary(5, START_MS)) for _ in range(4)]
+    # The second append writes the first index entries: the general path reserves their disk
+    # blocks (64 KiB of each index) after validating; the others are native.
+    assert spy.written == 3
+    assert [(i.first_offset, i.last_offset) for i in infos] == [(0, 4), (5, 9), (10, 14), (15, 19)]
+    assert [r.offset for r in log.records()] == list(range(20))
+    assert log.active_segment.offset_index.entries == 3  # one per append after the first
+    log.close()
+
+
+def test_producer_batches_and_rolls_take_the_general_path(tmp_path: Path, spy: _Spy) -> None:
+    clock = ManualClock(START_MS)
+    log = Log.open(tmp_path / "topic-0", LogConfig(segment_bytes=1_000), clock)
+    idempotent = _ordinary(3, START_MS, producer_id=9, producer_epoch=0, base_sequence=0)
+    first = log.append(idempotent)
+    assert spy.calls == 1 and spy.written == 0  # validated natively, written by the general path
+    duplicate = log.append(idempotent)
+    assert (duplicate.first_offset, duplicate.last_offset) == (first.first_offset, 2)
+    assert log.log_end_offset == 3
+    log.append(_ordinary(12, START_MS))  # 238 + 771 bytes > 1000: rolls on the general path
+    assert len(log.segments) == 2 and spy.written == 0
+    log.append(_ordinary(1, START_MS))  # 771 + 120 bytes fit the new segment
+    assert spy.written == 1
+    assert log.producer_state.producers[9].last_sequence == 2
+    log.close()
+
+
+@pytest.mark.parametrize(
+    ("damage", "error"),
+    [
+        (lambda d: d[:-1], "CorruptRecordError"),
+        (lambda d: d[:30] + bytes([d[30] ^ 1]) + d[31:], "CorruptRecordError"),
+        (lambda d: d[:16] + b"\x01" + d[17:], "CorruptRecordError"),
+        (lambda d: struct.pack(">q", 5) + d[8:], "InvalidRecordError"),
+    ],
+)
+def test_corrupt_requests_are_refused_alike_and_write_nothing(
+    tmp_path: Path, damage: Any, error: str
+) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        twins = _Twins(LogConfig(), monkeypatch)
+        try:
+            twins.append(_ordinary(4, START_MS), AppendOrigin.CLIENT)
+            before = list(twins.directories())
+            bad = _ordinary(4, START_MS)
+            results = twins.append(bytes(damage(bad)), AppendOrigin.CLIENT)
+            assert results[0] == results[1] == results[2]
+            assert isinstance(results[0], _Refused) and results[0].error == error, results[0]
+            assert "topic-0: batch 0 (byte 0 of the request)" in results[0].message
+            assert list(twins.directories()) == before
+            assert all(log.log_end_offset == 4 for log in twins.logs)
+        finally:
+            twins.close()
