@@ -96,6 +96,8 @@ def test_compact_writes_what_the_core_cleaner_writes(
     assert checkpoint == (by_core / "cleaner-offset-checkpoint").read_text()
     for result in results:
         assert result.stats["messages_read"] > result.stats["messages_written"] > 0
+        # Each partition's keys fit one executor's map: cleaned there, without a shuffle.
+        assert result.stats["path"] == "partition"
     # The compacted dir loads cleanly (no .cleaned/.swap left, indexes sane).
     assert not list(by_spark.glob("profiles-*/*.cleaned")) and not list(
         by_spark.glob("profiles-*/*.swap")
@@ -105,8 +107,11 @@ def test_compact_writes_what_the_core_cleaner_writes(
 
 
 def test_compact_beyond_one_workers_dedupe_buffer(spark: SparkSession, tmp_path: Path) -> None:
+    """A partition with more dirty keys than an executor's map takes the aggregated path; in
+    the same job a small partition is still cleaned whole on one executor."""
     source = tmp_path / "source"
-    config = write_log(source, "profiles", traffic(1, 1500, 3000, seed=3), config=COMPACTED)
+    batches = traffic(1, 1500, 3000, seed=3) | {1: traffic(1, 60, 20, seed=4)[0]}
+    config = write_log(source, "profiles", batches, config=COMPACTED)
     small_buffer = 24 * 1000  # a worker whose dedupe buffer maps at most 900 keys per round
     small = copy_dir(source, tmp_path / "small")
     first = core_clean(small, config, dedupe_bytes=small_buffer)[0]
@@ -114,8 +119,42 @@ def test_compact_beyond_one_workers_dedupe_buffer(spark: SparkSession, tmp_path:
     by_core = copy_dir(source, tmp_path / "core")
     core_clean(by_core, config)
     by_spark = copy_dir(source, tmp_path / "spark")
-    compact(spark, str(by_spark), topics=["profiles"], configs={"profiles": config}, now_ms=NOW_MS)
+    results = compact(
+        spark,
+        str(by_spark),
+        topics=["profiles"],
+        configs={"profiles": config},
+        now_ms=NOW_MS,
+        map_bytes=small_buffer,
+    )
+    assert [r.stats["path"] for r in results] == ["aggregated", "partition"]
+    assert results[0].stats["keys"] > 1000
     assert segment_files(by_spark, "profiles") == segment_files(by_core, "profiles")
+    checkpoint = (by_spark / "cleaner-offset-checkpoint").read_text()
+    assert checkpoint == (by_core / "cleaner-offset-checkpoint").read_text()
+
+
+def test_a_failing_executor_leaves_the_log_as_it_was(spark: SparkSession, tmp_path: Path) -> None:
+    """A batch that fails its CRC in the dirty range fails the job before any swap: every
+    segment keeps its bytes and no ``.cleaned`` file is left."""
+    source = tmp_path / "source"
+    config = write_log(source, "profiles", traffic(2, 120, 40), config=COMPACTED)
+    segments = sorted((source / "profiles-1").glob("*.log"))
+    victim = segments[len(segments) // 2]
+    data = bytearray(victim.read_bytes())
+    data[80] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    victim.write_bytes(bytes(data))
+    before = segment_files(source, "profiles")
+    with pytest.raises(Exception, match="CRC|corrupt|Corrupt"):
+        compact(
+            spark, str(source), topics=["profiles"], configs={"profiles": config}, now_ms=NOW_MS
+        )
+    assert segment_files(source, "profiles") == before
+    assert not list(source.glob("profiles-*/*.cleaned"))
+    assert (
+        not (source / "cleaner-offset-checkpoint").exists()
+        or "profiles" not in (source / "cleaner-offset-checkpoint").read_text()
+    )
 
 
 def test_compact_refuses_a_locked_dir_and_a_delete_topic(
