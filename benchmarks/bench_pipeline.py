@@ -29,6 +29,7 @@ counted (sessions are started before the clocks run); its per-job scheduling is.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import shutil
@@ -252,6 +253,25 @@ def timed_core(source: Path, data_dir: Path) -> tuple[float, int]:
     return elapsed, sum(r.messages_read for r in rounds)
 
 
+def _burn(_: int) -> float:
+    start = time.perf_counter()
+    total = 0
+    for i in range(3_000_000):
+        total += i
+    return time.perf_counter() - start
+
+
+def available_cores() -> float:
+    """Cores this run could use right now: one CPU-bound loop alone, then two at once (the
+    ceiling of a local[2] / local[1] ratio on a machine others share)."""
+    alone = _burn(0)
+    with multiprocessing.Pool(2) as pool:
+        start = time.perf_counter()
+        pool.map(_burn, [0, 1])
+        both = time.perf_counter() - start
+    return round(2 * alone / both, 2)
+
+
 def best_compact(spark: SparkSession, source: Path, root: Path, runs: int) -> tuple[float, int]:
     """Best of ``runs`` after one warm-up (the session's Python workers started)."""
     timed_compact(spark, source, root / "warm")
@@ -259,6 +279,7 @@ def best_compact(spark: SparkSession, source: Path, root: Path, runs: int) -> tu
 
 
 def bench_compact(two: SparkSession, source: Path, root: Path, runs: int) -> None:
+    cores_before = available_cores()
     two_s, two_records = best_compact(two, source, root / "two", runs)
     two.stop()
     one = session("local[1]")
@@ -266,6 +287,7 @@ def bench_compact(two: SparkSession, source: Path, root: Path, runs: int) -> Non
     one.stop()
     core_s, core_records = min(timed_core(source, root / f"core-{i}") for i in range(runs))
     assert one_records == two_records == core_records, (one_records, two_records, core_records)
+    print(f"cores available (CPU probe): {cores_before} before, {available_cores()} after")
 
     print(f"compact local[1]:   {one_records / one_s:>12,.0f} records/s  ({one_s:.2f} s)")
     print(f"compact local[2]:   {two_records / two_s:>12,.0f} records/s  ({two_s:.2f} s)")

@@ -134,10 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     jobs = p.add_subparsers(dest="job", required=True, metavar="JOB")
 
-    def spark_args(job: argparse.ArgumentParser, *, several_dirs: bool) -> None:
+    def spark_args(
+        job: argparse.ArgumentParser, *, several_dirs: bool, dir_required: bool = True
+    ) -> None:
         job.add_argument(
             "--dir",
-            required=True,
+            required=dir_required,
             action="append" if several_dirs else "store",
             type=Path,
             help="data dir" + (" (repeatable: several volumes)" if several_dirs else ""),
@@ -147,16 +149,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     j = jobs.add_parser(
         "compact",
-        help="distributed compaction of the compacted topics of a data dir no worker holds",
+        help="distributed compaction of a data dir no worker holds, or of a live worker's",
         description=(
-            "Kafka's log cleaning with the offset map built by a Spark aggregation and the "
-            "segments rewritten in parallel; the result is swapped in with the crash-safe "
-            "protocol. Topic configs come from --topics (cleanup.policy must include compact); "
-            "without --topic, every partition whose declared topic is compacted is cleaned; "
-            "a --topic not declared in --topics is compacted with Kafka's defaults."
+            "Kafka's log cleaning, each partition cleaned on one executor by the storage core "
+            "cleaner (the offset map as a Spark aggregation for partitions past --map-bytes); "
+            "the result is swapped in with the crash-safe protocol. With --dir (no worker may "
+            "hold it): topic configs come from --topics (cleanup.policy must include compact); "
+            "without --topic, every partition whose declared topic is compacted is cleaned; a "
+            "--topic not declared in --topics is compacted with Kafka's defaults. With --worker "
+            "URL (its admin port): the worker pauses cleaning of the --topic/--partition "
+            "partitions, plans and pins them, the executors (which must see the volume) write "
+            "the cleaned segments, and the worker checks and swaps them in while it serves."
         ),
     )
-    spark_args(j, several_dirs=False)
+    spark_args(j, several_dirs=False, dir_required=False)
+    j.add_argument("--worker", help="a live worker's admin URL, e.g. http://127.0.0.1:8080")
+    j.add_argument(
+        "--partition", action="append", default=[], help="<topic>-<partition> (with --worker)"
+    )
+    j.add_argument("--token-file", type=Path, help="the worker's admin token (with --worker)")
+    j.add_argument(
+        "--map-bytes",
+        type=int,
+        default=128 << 20,
+        help="one executor's offset map (default 128 MiB); partitions past it are aggregated",
+    )
     j.add_argument("--topics", type=Path, help="YAML file of Topic manifests (spec.config)")
     j.add_argument("--now-ms", type=int, help="clean as of this epoch-ms time (horizons, lags)")
     j.add_argument("--json", action="store_true", help="print the per-partition stats as JSON")

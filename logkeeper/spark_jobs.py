@@ -27,6 +27,8 @@ def run_job(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"logkeeper spark needs the spark extra (pip install 'logkeeper[spark]'): {exc}"
         ) from exc
+    if args.job == "compact" and (args.dir is None) == (args.worker is None):
+        raise ConfigError("give exactly one of --dir (offline) and --worker (online)")
     try:  # checked before the JVM starts
         catalog = catalog_properties(args.catalog) if args.job == "snapshot" else None
     except PipelineError as exc:
@@ -35,10 +37,28 @@ def run_job(args: argparse.Namespace) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         if args.job == "compact":
-            configs = {name: t.config for name, t in log_dir_topics(args).items()}
-            results = compact(
-                spark, str(args.dir), topics=args.topic, configs=configs, now_ms=args.now_ms
-            )
+            if args.worker is not None:
+                from storagepipeline.online_compact import compact_online
+
+                token = args.token_file.read_text().strip() if args.token_file else None
+                results = compact_online(
+                    spark,
+                    args.worker,
+                    topics=args.topic,
+                    partitions=args.partition,
+                    map_bytes=args.map_bytes,
+                    token=token,
+                )
+            else:
+                configs = {name: t.config for name, t in log_dir_topics(args).items()}
+                results = compact(
+                    spark,
+                    str(args.dir),
+                    topics=args.topic,
+                    configs=configs,
+                    now_ms=args.now_ms,
+                    map_bytes=args.map_bytes,
+                )
             if args.json:
                 print(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
             for r in results if not args.json else ():
@@ -46,7 +66,8 @@ def run_job(args: argparse.Namespace) -> int:
                     f"{r.topic}-{r.partition}: cleaned [{r.first_dirty_offset}, {r.end_offset}) "
                     f"in {r.groups} group(s): {r.stats['messages_read']} records read, "
                     f"{r.stats['messages_written']} kept, {r.stats['bytes_read']} -> "
-                    f"{r.stats['bytes_written']} bytes"
+                    f"{r.stats['bytes_written']} bytes ({r.stats['path']} path"
+                    + (f", {r.stats['swap']})" if "swap" in r.stats else ")")
                 )
         elif args.job == "snapshot":
             run = snapshot(

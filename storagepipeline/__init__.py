@@ -5,7 +5,8 @@ What belongs here: the ``logkeeper`` Python data source (read and write), the ``
 or the CLI (import-linter enforces it); only storagecore and pyspark (with pyarrow). Log dirs are
 read without locks; the only thing a read writes into a data dir is its pin set (hard links,
 storagecore.pins). Anything that changes a log (offline writes, ``compact``) takes the
-data dir's lock, so it runs only where no worker holds the dir.
+data dir's lock, so it runs only where no worker holds the dir; on a served volume ``compact``
+asks the worker to swap (:mod:`storagepipeline.online_compact`).
 """
 
 from storagepipeline.logdirs import CorruptDataError, DataLossError, PipelineError

@@ -169,6 +169,11 @@ def _swap(manager: LogManager, plan: RoundPlan, stats: dict[str, Any]) -> Compac
     # The dir's lock kept every other writer away: the segments are the planned ones.
     swapped = swap_planned(log, plan, stats.get("cleaned_sizes", []))
     assert swapped, f"{plan.tp}: segments changed under the dir's lock"
+    return result_of(plan, stats)
+
+
+def result_of(plan: RoundPlan, stats: dict[str, Any]) -> CompactResult:
+    """The partition's outcome (logged)."""
     result = CompactResult(
         plan.topic,
         plan.partition,
@@ -215,12 +220,25 @@ def discard_cleaned(plans: Sequence[RoundPlan]) -> None:
 
 
 def clean_planned(
-    spark: SparkSession, plans: Sequence[RoundPlan], *, secret: bytes, map_bytes: int
+    spark: SparkSession,
+    plans: Sequence[RoundPlan],
+    *,
+    secret: bytes,
+    map_bytes: int,
+    read_paths: Sequence[Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Write the ``.cleaned`` segments of every plan's groups (steps 2 and 3); per plan, the
-    cleaner's figures summed over its groups and ``path``: ``partition`` or ``aggregated``."""
+    cleaner's figures summed over its groups, ``cleaned_sizes`` (bytes per group) and
+    ``path``: ``partition`` or ``aggregated``. ``read_paths`` (per plan, per segment) are
+    where to read the segments instead of their live names (a worker's pins)."""
     tasks = [
-        PartitionCleanTask.from_plan(i, plan, secret=secret, map_bytes_max=map_bytes)
+        PartitionCleanTask.from_plan(
+            i,
+            plan,
+            secret=secret,
+            map_bytes_max=map_bytes,
+            read_paths=None if read_paths is None else read_paths[i],
+        )
         for i, plan in enumerate(plans)
         if plan.groups
     ]

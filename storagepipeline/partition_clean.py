@@ -77,9 +77,18 @@ class PartitionCleanTask:
 
     @classmethod
     def from_plan(
-        cls, index: int, plan: RoundPlan, *, secret: bytes, map_bytes_max: int
+        cls,
+        index: int,
+        plan: RoundPlan,
+        *,
+        secret: bytes,
+        map_bytes_max: int,
+        read_paths: Sequence[str] | None = None,
     ) -> PartitionCleanTask:
-        """The task of ``plan``; its map sized by :func:`map_bytes_for`."""
+        """The task of ``plan``; its map sized by :func:`map_bytes_for`. ``read_paths`` (one
+        per planned segment) are read instead of the live names: a worker's pins."""
+        paths = [s.path for s in plan.segments] if read_paths is None else list(read_paths)
+        assert len(paths) == len(plan.segments), (plan.tp, len(paths), len(plan.segments))
         load_factor = CleanerConfig().io_buffer_load_factor
         return cls(
             index=index,
@@ -87,7 +96,10 @@ class PartitionCleanTask:
             partition=plan.partition,
             directory=plan.directory,
             config=plan.config,
-            segments=tuple(SegmentFile(s.path, s.base_offset, s.size_bytes) for s in plan.segments),
+            segments=tuple(
+                SegmentFile(path, s.base_offset, s.size_bytes)
+                for path, s in zip(paths, plan.segments, strict=True)
+            ),
             groups=plan.groups,
             first_dirty_offset=plan.first_dirty_offset,
             upper_bound=plan.first_uncleanable_offset,

@@ -6,6 +6,11 @@
     GET  /v1/status                    the status document (storageworker.status)
     POST /v1/volume/<verb>             verb: pause-cleaning, resume-cleaning, pause-retention,
     POST /v1/topics/<topic>/<verb>           resume-retention, compact-now, retry-uncleanable
+    POST /v1/compaction/begin          a compact job's rounds: {"topics": [...], "partitions":
+                                       [...], "lease_ms": N} → plans and pinned paths
+    POST /v1/compaction/<job>/finish   {"cleaned": {"<topic>-<p>": [bytes per group]}} →
+                                       per partition swapped / changed / failed
+    POST /v1/compaction/<job>/abort    drop the job's rounds (storageworker.external_rounds)
 
 Every verb answers with where it left each partition it touched: pauses and resumes with the
 cleaner state (``LogCleaningPaused`` once a running clean has stopped), compact-now with each
@@ -35,6 +40,8 @@ from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
 ADMIN_VERBS = (*VERBS, "compact-now", "retry-uncleanable")
+#: The largest admin request body read (a compact job's finish: a few numbers per partition).
+BODY_BYTES_MAX = 1 << 20
 
 
 def read_token(path: str | None) -> str | None:
@@ -99,11 +106,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(min(length, 1 << 16))
+        body = self.rfile.read(min(length, BODY_BYTES_MAX)) if length else b""
         if not self._authorized():
             return
         parts = [p for p in self.path.split("?", 1)[0].split("/") if p]
+        if parts[:2] == ["v1", "compaction"]:
+            self._compaction(parts[2:], body, length)
+            return
         if len(parts) == 3 and parts[:2] == ["v1", "volume"]:
             topic, verb = None, parts[2]
         elif len(parts) == 4 and parts[:2] == ["v1", "topics"]:
@@ -158,6 +167,42 @@ class _Handler(BaseHTTPRequestHandler):
         except ConfigError as exc:
             self._json(404, {"error": str(exc)})
         logger.info("Admin call %s on %s", verb, topic or "the volume")
+
+    def _compaction(self, parts: list[str], body: bytes, length: int) -> None:
+        """The compact job's calls (storageworker.external_rounds)."""
+        worker = self.server.worker
+        rounds = worker.external_rounds
+        if worker.state != "running" or rounds is None:
+            self._json(503, {"error": f"worker is {worker.state}"})
+            return
+        try:
+            if length > BODY_BYTES_MAX:
+                raise ConfigError(f"request body of {length} bytes (at most {BODY_BYTES_MAX})")
+            try:
+                document = json.loads(body or b"{}")
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"request body is not JSON: {exc}") from None
+            if not isinstance(document, dict):
+                raise ConfigError("request body must be a JSON object")
+            if parts == ["begin"]:
+                chosen = rounds.chosen(
+                    [str(t) for t in document.get("topics", [])],
+                    [str(p) for p in document.get("partitions", [])],
+                )
+                self._json(200, rounds.begin(chosen, int(document.get("lease_ms", 3_600_000))))
+            elif len(parts) == 2 and parts[1] == "finish":
+                cleaned = document.get("cleaned", {})
+                if not isinstance(cleaned, dict):
+                    raise ConfigError("'cleaned' must map <topic>-<partition> to sizes")
+                sizes = {str(k): [int(n) for n in v] for k, v in cleaned.items()}
+                self._json(200, {"partitions": rounds.finish(parts[0], sizes)})
+            elif len(parts) == 2 and parts[1] == "abort":
+                rounds.abort(parts[0])
+                self._json(200, {"ok": True})
+            else:
+                self._json(404, {"error": f"no such compaction call {self.path!r}"})
+        except (ConfigError, ValueError, TypeError) as exc:
+            self._json(400, {"error": str(exc)})
 
 
 class AdminServer(ThreadingHTTPServer):

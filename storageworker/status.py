@@ -191,6 +191,9 @@ def volume_status(worker: Worker) -> dict[str, Any]:
         "uncleanableBytes": gauges.uncleanable_bytes,
         "throttleWaitSeconds": cleaner.throttler.total_wait_s,
     }
+    rounds = worker.external_rounds
+    # Partition → the Spark compact job that holds it (storageworker.external_rounds).
+    document["compactJobs"] = rounds.busy() if rounds is not None else {}
     checkpoints = cleaner.manager.all_checkpoints()
     document["partitions"] = [
         partition_status(worker, log, cleaner, now, checkpoints)

@@ -44,6 +44,7 @@ from storageworker.controls import (
     request_token,
     topic_controls,
 )
+from storageworker.external_rounds import ExternalRounds
 from storageworker.scheduler import Scheduler
 from storageworker.settings import VolumeSettings, WorkerSettings, load_settings
 from storageworker.topics import TopicSources, parse_topic_sources, read_topic_sources
@@ -119,6 +120,8 @@ class Worker:
         self.pin_sets_expired = 0
         self.log_manager: LogManager | None = None
         self.cleaner: LogCleaner | None = None
+        #: Compact jobs run on this volume's logs (``storageworker.external_rounds``).
+        self.external_rounds: ExternalRounds | None = None
         self.scheduler = Scheduler(self.clock)
 
     @property
@@ -264,6 +267,7 @@ class Worker:
             may_start_new_work=self._window_open,
             lag_lead_ms=settings.compaction_lag_lead_ms,
         )
+        self.external_rounds = ExternalRounds(manager, self.cleaner, self.clock)
         self._previous_topics = {}
         self.apply_topics()
         tasks = {
@@ -338,6 +342,8 @@ class Worker:
         """Re-read both files and apply what changed (the ``reload`` task)."""
         self._reload_settings()
         self._reload_topics()
+        if self.external_rounds is not None:
+            self.external_rounds.expire()  # compact jobs that died without ending
         # Annotations and API holds are applied on every pass: cheap, and a pause that could
         # not be applied (a clean that did not abort in time) is retried.
         self.apply_topics()
