@@ -15,6 +15,7 @@ Called by :mod:`storagepipeline.compact`, which plans the tasks and swaps the re
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from storagecore.errors import CorruptRecordError
 from storagecore.records.file_records import FileRecords
 from storagecore.transactions import AbortedTxn, ProducerLastBatch
 from storagepipeline import reading
-from storagepipeline.logdirs import CorruptDataError, SegmentRef, clip, snapshot_partition
+from storagepipeline.logdirs import CorruptDataError, PartitionSnapshot, SegmentRef, clip
 
 #: The job never skips: a corrupt batch or a missing range fails it (nothing is swapped).
 _STRICT = reading.ReadOptions(fail_on_corruption=True, fail_on_data_loss=True)
@@ -56,8 +57,11 @@ _GROUP_KEYS_SCHEMA = StructType(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Segment:
+    """A segment to rewrite: the file to read (a pin online), its base, its planned bytes."""
+
     path: str
     base_offset: int
+    size_bytes: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,6 +105,8 @@ class _ReadOnlySegment:
     def __init__(self, segment: Segment) -> None:
         self.base_offset = segment.base_offset
         self.log = FileRecords(Path(segment.path), create=False, writable=False)
+        assert self.log.size_bytes >= segment.size_bytes, (segment, self.log.size_bytes)
+        self.log.size_bytes = segment.size_bytes  # nothing appended after planning
 
 
 def _is_aborted(aborted: Sequence[AbortedTxn], producer_id: int, offset: int) -> bool:
@@ -211,8 +217,46 @@ SUMMED = (
 )
 
 
+def planned_snapshot(plan: RoundPlan, read_paths: Sequence[str] | None) -> PartitionSnapshot:
+    """The plan's segments as the pipeline's readers take them: each file pinned by inode to
+    its planned bytes (read at ``read_paths``, a worker's pins, when given), never a listing
+    of the directory as it is now."""
+    device = os.stat(plan.directory).st_dev
+    bases = [s.base_offset for s in plan.segments]
+    refs = []
+    for i, segment in enumerate(plan.segments):
+        last = i + 1 == len(plan.segments)
+        read_path = None if read_paths is None else read_paths[i]
+        refs.append(
+            SegmentRef(
+                path=segment.path,
+                base_offset=segment.base_offset,
+                device=device,
+                inode=segment.inode,
+                size_bytes=segment.size_bytes,
+                start_offset=segment.base_offset,
+                # The active segment holds nothing a round reads (it starts at or after the
+                # first uncleanable offset).
+                end_offset=segment.base_offset if last else bases[i + 1],
+                active=last,
+                pin_path=read_path if read_path != segment.path else None,
+            )
+        )
+    return PartitionSnapshot(
+        topic=plan.topic,
+        partition=plan.partition,
+        directory=plan.directory,
+        log_start_offset=bases[0],
+        log_end_offset=plan.first_uncleanable_offset,
+        segments=tuple(refs),
+    )
+
+
 def clean_plans(
-    spark: SparkSession, plans: Sequence[RoundPlan], secret: bytes
+    spark: SparkSession,
+    plans: Sequence[RoundPlan],
+    secret: bytes,
+    read_paths: Sequence[Sequence[str] | None] | None = None,
 ) -> dict[int, dict[str, Any]]:
     """Write the ``.cleaned`` segments of every plan's groups through the aggregated map; per
     plan (by its index in ``plans``), the figures of :data:`SUMMED` summed over its groups and
@@ -221,10 +265,7 @@ def clean_plans(
     group_tasks: list[GroupTask] = []
     owner: list[int] = []
     for tpi, plan in enumerate(plans):
-        directory = Path(plan.directory)
-        # The segments as they are now: the caller keeps them from changing (the dir's lock,
-        # or the worker's pause and pins) until the cleaned groups are swapped in.
-        snap = snapshot_partition(plan.tp, directory)
+        snap = planned_snapshot(plan, None if read_paths is None else read_paths[tpi])
         first_dirty, end_offset = plan.first_dirty_offset, plan.end_offset
         map_tasks.extend(
             MapTask(tpi, ref, plan.directory, plan.aborted, secret)
@@ -232,7 +273,12 @@ def clean_plans(
         )
         for group in plan.groups:
             segments = tuple(
-                Segment(plan.segments[i].path, plan.segments[i].base_offset) for i in group
+                Segment(
+                    snap.segments[i].pin_path or snap.segments[i].path,
+                    snap.segments[i].base_offset,
+                    snap.segments[i].size_bytes,
+                )
+                for i in group
             )
             last = plan.segments[group[-1] + 1].base_offset
             group_tasks.append(

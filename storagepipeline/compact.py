@@ -251,7 +251,12 @@ def clean_planned(
             results[done["index"]] = {**done, "path": "partition"}
     spilled = [i for i, result in enumerate(results) if result.get("fits") is False]
     if spilled:
-        aggregated = aggregated_map.clean_plans(spark, [plans[i] for i in spilled], secret)
+        aggregated = aggregated_map.clean_plans(
+            spark,
+            [plans[i] for i in spilled],
+            secret,
+            None if read_paths is None else [read_paths[i] for i in spilled],
+        )
         for i, done in aggregated.items():
             results[spilled[i]] = {**done, "path": "aggregated"}
     return results

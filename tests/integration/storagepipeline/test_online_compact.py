@@ -2,13 +2,17 @@
 worker pauses, plans and pins, the executors write, the worker checks and swaps; a producer and
 a group consumer run through the Kafka port the whole time. Then the failures: a job that fails
 after its executors wrote, and a worker SIGKILLed between the executors' writes and the swap,
-each leave every partition exactly as it was.
+each leave every partition exactly as it was; an executor SIGKILLed while it writes leaves each
+partition exactly old or exactly new.
 
 Cost: one worker process per test and the session's local[2] Spark; about 20-40 s each on the
 shared 2-core machine."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -293,10 +297,14 @@ def test_a_job_that_fails_after_its_executors_wrote_leaves_the_partitions_old(
         with pytest.raises(PipelineError, match=f"HTTP 400: .*{error}"):
             WorkerAdmin(served.base).call(path, body)
     assert sealed_segments(data) == before
-    # Cleaning resumed: the next job runs and swaps.
+    # Cleaning resumed: the next job runs and swaps, here through the aggregated map (an
+    # executor map of 10 keys, fewer than the ~20 of each partition), reading the pins too.
     monkeypatch.setattr("storagepipeline.online_compact.clean_planned", real)
-    results = compact_online(spark, served.base, topics=["profiles"])
-    assert [r.stats["swap"] for r in results] == ["swapped"] * PARTITIONS
+    results = compact_online(spark, served.base, topics=["profiles"], map_bytes=24 * 12)
+    assert [(r.stats["path"], r.stats["swap"]) for r in results] == [
+        ("aggregated", "swapped")
+    ] * PARTITIONS
+    assert all(r.stats["messages_read"] > r.stats["messages_written"] > 0 for r in results)
 
 
 def test_a_worker_killed_before_the_swap_keeps_the_partitions_old(
@@ -327,3 +335,84 @@ def test_a_worker_killed_before_the_swap_keeps_the_partitions_old(
         assert now == written
     finally:
         assert again.terminate() == 0
+
+
+def _spark_python_workers() -> list[int]:
+    """The Python worker processes of this test's Spark (forked by a ``pyspark.daemon`` that
+    descends from this process): the executors' side of a task in local mode."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def descends_from_us(pid: int) -> bool:
+        while pid > 1:
+            if pid == os.getpid():
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return [
+        pid
+        for pid, command in commands.items()
+        if "pyspark.daemon" in command
+        and "pyspark.daemon" in commands.get(parents.get(pid, 0), "")
+        and descends_from_us(pid)
+    ]
+
+
+def test_an_executor_killed_while_writing_leaves_each_partition_old_or_new(
+    spark: SparkSession, served: Served, tmp_path: Path
+) -> None:
+    written = _prefill(served, records=6000)
+    data = served.root / "data"
+    before = sealed_segments(data)
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_when_writing() -> None:
+        # SIGKILL the Python workers as soon as a cleaned copy is being written.
+        while not stop.is_set() and not killed:
+            if list(data.glob("profiles-*/*.log.cleaned")):
+                for pid in _spark_python_workers():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+            time.sleep(0.001)
+
+    killer = threading.Thread(target=kill_when_writing)
+    killer.start()
+    try:
+        try:
+            results = compact_online(spark, served.base, topics=["profiles"])
+            outcome = {r.partition: r.stats["swap"] for r in results}
+        except Exception:  # the task's failure, as Spark reports it
+            outcome = {}
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "the premise: an executor was killed while the job ran"
+    assert_released(served)
+    assert not list(data.glob("profiles-*/*.cleaned"))
+    after = sealed_segments(data)
+    for p in range(PARTITIONS):
+        old = {k: v for k, v in before.items() if k.startswith(f"profiles-{p}/")}
+        now = {k: v for k, v in after.items() if k.startswith(f"profiles-{p}/")}
+        if outcome.get(p) == "swapped":
+            assert now != old
+        else:
+            assert now == old  # exactly old
+    # Old or new, the records read back are each key's last write and nothing foreign.
+    back = read_back(served.kafka_address, log_end_offsets(written))
+    last: dict[tuple[int, bytes], int] = {}
+    for (p, o), (key, _value) in sorted(written.items()):
+        last[(p, key)] = o
+    assert {(p, o) for (p, _key), o in last.items()} <= set(back)
+    assert all(written[po] == record for po, record in back.items())
