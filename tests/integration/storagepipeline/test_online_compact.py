@@ -11,6 +11,7 @@ shared 2-core machine."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -27,6 +28,7 @@ from storagecore import files
 from storagepipeline import PipelineError
 from storagepipeline import compact as compact_job
 from storagepipeline.online_compact import WorkerAdmin, compact_online
+from tests.integration.storagepipeline.test_with_worker import run_cli
 from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -299,12 +301,24 @@ def test_a_job_that_fails_after_its_executors_wrote_leaves_the_partitions_old(
     assert sealed_segments(data) == before
     # Cleaning resumed: the next job runs and swaps, here through the aggregated map (an
     # executor map of 10 keys, fewer than the ~20 of each partition), reading the pins too.
-    monkeypatch.setattr("storagepipeline.online_compact.clean_planned", real)
-    results = compact_online(spark, served.base, topics=["profiles"], map_bytes=24 * 12)
-    assert [(r.stats["path"], r.stats["swap"]) for r in results] == [
+    # Run by the command line (its own Spark session) as a user would.
+    done = run_cli(
+        "spark",
+        "compact",
+        "--worker",
+        served.base,
+        "--topic",
+        "profiles",
+        "--map-bytes",
+        str(24 * 12),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert [(r["stats"]["path"], r["stats"]["swap"]) for r in results] == [
         ("aggregated", "swapped")
     ] * PARTITIONS
-    assert all(r.stats["messages_read"] > r.stats["messages_written"] > 0 for r in results)
+    assert all(r["stats"]["messages_read"] > r["stats"]["messages_written"] > 0 for r in results)
 
 
 def test_a_worker_killed_before_the_swap_keeps_the_partitions_old(

@@ -203,5 +203,7 @@ def test_the_spark_subcommands(tmp_path: Path) -> None:
     assert catalog.load_table("exports.profiles").scan().to_arrow().num_rows == 5
     bad = run_cli(*common, "--output", str(tmp_path / "ice"), *iceberg_args, "--catalog", "uri")
     assert bad.returncode == 2 and "catalog option 'uri': give KEY=VALUE" in bad.stderr
+    both = run_cli("spark", "compact", "--dir", str(data), "--worker", "http://127.0.0.1:1")
+    assert both.returncode == 2 and "exactly one of --dir (offline) and --worker" in both.stderr
     bad = run_cli("spark", "stats", "--dir", str(data), "--topic", "nope")
     assert bad.returncode == 2 and "unknown topic 'nope'" in bad.stderr
