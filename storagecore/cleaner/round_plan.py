@@ -5,8 +5,8 @@ record, as plain data.
 The owner of the log (the ``compact`` driver holding the dir's lock, or a worker through its
 admin API) calls :func:`plan_round`; the plan goes to JSON and back (:meth:`RoundPlan.to_json`,
 :meth:`RoundPlan.from_json`) unchanged. The ranges are the cleaner's: ``[first dirty, first
-uncleanable)`` from :func:`~storagecore.cleaner.manager.cleanable_offsets` and
-:func:`~storagecore.cleaner.manager.log_to_clean`, the groups from
+uncleanable)`` from :func:`~storagecore.cleaner.log_to_clean.cleanable_offsets` and
+:func:`~storagecore.cleaner.log_to_clean.log_to_clean`, the groups from
 :func:`~storagecore.cleaner.grouping.group_segments_by_size` over the segments below the round's
 end, assuming the map holds every dirty key (the executor checks that it did).
 
