@@ -137,6 +137,9 @@ class _FileLog:
 
     tp: TopicPartition
     segments: Sequence[_FileSegment]
+    #: Bounds the keys a round may put (the cleaner sizes its map's probed prefix by it): the
+    #: planned first uncleanable offset, where the map pass stops (a segment base).
+    log_end_offset: int
 
 
 def map_bytes_for(span_offsets: int, map_bytes_max: int, load_factor: float) -> int:
@@ -160,9 +163,9 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
         offset_map = SkimpyOffsetMap(task.map_bytes, task.load_factor, secret=task.secret)
         cleaner = Cleaner(offset_map=offset_map, config=CleanerConfig())
         stats = CleanerStats(topic_partition=str(tp), first_dirty_offset=task.first_dirty_offset)
-        # The cleaner reads a Log's ``tp`` and ``segments`` (base_offset, log, offset_index):
-        # the read-only view provides exactly those.
-        view = cast(Log, _FileLog(tp, sources))
+        # The cleaner reads a Log's ``tp``, ``segments`` (base_offset, log, offset_index) and
+        # ``log_end_offset``: the read-only view provides exactly those.
+        view = cast(Log, _FileLog(tp, sources, task.upper_bound))
         full = cleaner.build_offset_map(
             view, task.first_dirty_offset, task.upper_bound, task.aborted, stats
         )
