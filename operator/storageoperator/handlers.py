@@ -60,6 +60,13 @@ def _as_body(obj: Mapping[str, Any]) -> kopf.Body:
     return cast(kopf.Body, obj)
 
 
+def normal_event(obj: Mapping[str, Any], *, reason: str, message: str) -> None:
+    """Post a Normal event. ``kopf.info`` would drop it: the operator raises kopf's posting
+    level to WARNING so that kopf's own per-handler log lines do not become events, and that
+    level filters ``kopf.info`` too; ``kopf.event`` posts what it is given."""
+    kopf.event(_as_body(obj), type="Normal", reason=reason, message=message)
+
+
 def retrying(call: Callable[[], T], what: str) -> T:
     """``call()``, again after 409 Conflict and server errors (0.1 s, doubling, 6 tries)."""
     delay = 0.1
@@ -344,7 +351,7 @@ def volume_changed(body: kopf.Body, **_: Any) -> None:
         return
     written = reconcile_volume(body)
     if written:
-        kopf.info(_as_body(body), reason="Reconciled", message=f"applied {', '.join(written)}")
+        normal_event(body, reason="Reconciled", message=f"applied {', '.join(written)}")
 
 
 def _refresh_volume_config(namespace: str, volume_name: str) -> None:
@@ -387,8 +394,8 @@ def topic_deleted(body: kopf.Body, namespace: str | None, **_: Any) -> None:
         if (policy == "Delete" and not present) or (
             policy == "Retain" and (orphaned or not present)
         ):
-            kopf.info(
-                _as_body(body),
+            normal_event(
+                body,
                 reason="Deleted",
                 message=f"topic {name}: data {'deleted' if policy == 'Delete' else 'retained'}",
             )
@@ -494,11 +501,11 @@ def write_topic_status(
             "Ready",
             "Degraded",
         ):
-            (
-                kopf.warn
-                if (item["type"] == "Degraded") == (item["status"] == "True")
-                else kopf.info
-            )(_as_body(body), reason=item["reason"], message=f"{item['type']}={item['status']}")
+            message = f"{item['type']}={item['status']}"
+            if (item["type"] == "Degraded") == (item["status"] == "True"):
+                kopf.warn(_as_body(body), reason=item["reason"], message=message)
+            else:
+                normal_event(body, reason=item["reason"], message=message)
 
 
 @kopf.timer(GROUP, VERSION, "storagevolumes", interval=STATUS_INTERVAL_S, initial_delay=1.0)
@@ -534,8 +541,8 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
                 if item["status"] == "True":
                     kopf.warn(_as_body(body), reason="DiskPressure", message=item["message"])
                 elif before.get("DiskPressure") == "True":
-                    kopf.info(
-                        _as_body(body),
+                    normal_event(
+                        body,
                         reason="DiskPressureEnded",
                         message="free space is above the floor again: produce is accepted",
                     )

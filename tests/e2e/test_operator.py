@@ -409,6 +409,27 @@ def test_missing_volume_and_paused_reconciliation(env: Env) -> None:
         "ReconciliationPaused cleared",
     )
 
+    # A free-space floor above what the disk has: the worker refuses produce, the volume says
+    # DiskPressure with a Warning event; a floor of 0 ends it, with a Normal event.
+    def pressure() -> dict[str, Any]:
+        return env.condition("storagevolumes", "demo-volume", "DiskPressure") or {}
+
+    def events(reason: str) -> list[Any]:
+        return [e for e in env.core.list_namespaced_event(NS).items if e.reason == reason]
+
+    for floor, status, reason in (
+        (10**15, "True", "DiskPressure"),
+        (0, "False", "DiskPressureEnded"),
+    ):
+        env.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, NS, "storagevolumes", "demo-volume", {"spec": {"minFreeBytes": floor}}
+        )
+        env.wait(lambda s=status: pressure().get("status") == s, f"DiskPressure {status}")
+        env.wait(lambda r=reason: bool(events(r)), f"a {reason} event")
+    (warning,) = events("DiskPressure")
+    assert warning.type == "Warning" and "floor 1000000000000000 bytes" in warning.message
+    assert events("DiskPressureEnded")[0].type == "Normal"
+
 
 def tool(env: Env, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """kubectl (the machine's) or helm (.venv/bin) against the fake cluster."""
