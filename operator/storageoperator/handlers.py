@@ -508,6 +508,38 @@ def write_topic_status(
                 normal_event(body, reason=item["reason"], message=message)
 
 
+#: The DiskPressure status (True/False) each volume's events last announced, by (namespace,
+#: name). The timer's body can lag behind the operator's own status patches under load, so the
+#: start and end events follow what this process saw, not the body; a new process starts from
+#: the status the body shows.
+_DISK_PRESSURE_SEEN: dict[tuple[str, str], str] = {}
+
+
+def _disk_pressure_events(
+    body: Mapping[str, Any], namespace: str, name: str, conds: list[dict[str, Any]]
+) -> None:
+    """A Warning event when DiskPressure starts, a Normal one when it ends (Unknown, a worker
+    that did not answer, changes nothing)."""
+    now = next(c["status"] for c in conds if c["type"] == "DiskPressure")
+    if now not in ("True", "False"):
+        return
+    shown = {c["type"]: c for c in (body.get("status") or {}).get("conditions") or ()}
+    key = (namespace, name)
+    before = _DISK_PRESSURE_SEEN.get(key, (shown.get("DiskPressure") or {}).get("status"))
+    _DISK_PRESSURE_SEEN[key] = now
+    if now == before:
+        return
+    if now == "True":
+        message = next(c["message"] for c in conds if c["type"] == "DiskPressure")
+        kopf.warn(_as_body(body), reason="DiskPressure", message=message)
+    elif before == "True":
+        normal_event(
+            body,
+            reason="DiskPressureEnded",
+            message="free space is above the floor again: produce is accepted",
+        )
+
+
 @kopf.timer(GROUP, VERSION, "storagevolumes", interval=STATUS_INTERVAL_S, initial_delay=1.0)
 @metrics.counted
 def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
@@ -533,19 +565,7 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
             ),
             f"status of StorageVolume {name}",
         )
-        before = {
-            c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or ()
-        }
-        for item in status["conditions"]:
-            if item["type"] == "DiskPressure" and before.get("DiskPressure") != item["status"]:
-                if item["status"] == "True":
-                    kopf.warn(_as_body(body), reason="DiskPressure", message=item["message"])
-                elif before.get("DiskPressure") == "True":
-                    normal_event(
-                        body,
-                        reason="DiskPressureEnded",
-                        message="free space is above the floor again: produce is accepted",
-                    )
+    _disk_pressure_events(body, namespace, name, conds)
     for topic in list_topics(namespace):
         if (topic.get("spec") or {}).get("volume") == name and not topic["metadata"].get(
             "deletionTimestamp"
