@@ -33,10 +33,11 @@ from storagecore import durability, files
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition
-from storagecore.disk_space import DiskSpace
+from storagecore.disk_space import DiskSpace, is_disk_full
 from storagecore.errors import (
     ConfigError,
     CorruptCheckpointError,
+    LogDirFullError,
     LogDirLockedError,
     LogDirOfflineError,
     StorageError,
@@ -237,6 +238,11 @@ class LogManager:
         try:
             yield
         except OSError as exc:
+            if is_disk_full(exc):
+                # A checkpoint or a new log that does not fit: written atomically or not at
+                # all, so the dir stays online (the old checkpoint stays in force).
+                self.note_disk_full(path, exc)
+                raise LogDirFullError(f"{what} failed in {path}: {exc}") from exc
             self.handle_io_error(path, exc)
             raise LogDirOfflineError(f"{what} failed in {path}: {exc}") from exc
 
@@ -480,8 +486,12 @@ class LogManager:
     def checkpoint_recovery_points_and_log_start_offsets(self) -> None:
         for log_dir in self._dirs.values():
             if log_dir.online:
-                with contextlib.suppress(LogDirOfflineError):
+                try:
                     self._checkpoint_dir(log_dir.path)
+                except LogDirFullError as exc:
+                    logger.warning("Checkpoints not written, no space: %s", exc)
+                except LogDirOfflineError:
+                    pass
 
     def _checkpoint_dir(self, path: Path) -> None:
         with self._guard_dir(path, f"checkpoint {path}"):
@@ -524,7 +534,7 @@ class LogManager:
                         log_dir.path / files.CLEAN_SHUTDOWN_FILE,
                         json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode(),
                     )
-                except (OSError, LogDirOfflineError) as exc:
+                except (OSError, LogDirOfflineError, LogDirFullError) as exc:
                     logger.error("Unclean shutdown of %s: %s", log_dir.path, exc)
                     for log in self._logs.values():
                         if log.parent_dir == log_dir.path:

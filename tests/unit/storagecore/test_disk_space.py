@@ -175,3 +175,23 @@ def test_a_clean_that_would_not_fit_is_deferred_and_says_so(
         manager.disk_space[tmp_path.resolve()].reading(fresh=True)
         assert cleaner.clean_filthiest() is not None
         assert tp not in cleaner.deferred
+
+
+def test_a_checkpoint_that_finds_no_space_keeps_the_dir_online(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storagecore import checkpoints
+
+    with LogManager([tmp_path], clock=ManualClock(1_700_000_000_000)) as manager:
+        log = manager.get_or_create_log(TopicPartition("t", 0))
+        log.append(records(3))
+
+        def full(*_: Any, **__: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(checkpoints.OffsetCheckpointFile, "write", full)
+        manager.checkpoint_recovery_points_and_log_start_offsets()
+        assert tmp_path.resolve() in manager.online_dirs and not log.offline
+        assert manager.disk_space[tmp_path.resolve()].reading(fresh=True).under_floor
+        monkeypatch.undo()
+        log.append(records(3, 3))
