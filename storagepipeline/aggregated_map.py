@@ -34,6 +34,7 @@ from storagecore.records.file_records import FileRecords
 from storagecore.transactions import AbortedTxn, ProducerLastBatch
 from storagepipeline import reading
 from storagepipeline.logdirs import CorruptDataError, PartitionSnapshot, SegmentRef, clip
+from storagepipeline.partition_clean import SegmentFile
 
 #: The job never skips: a corrupt batch or a missing range fails it (nothing is swapped).
 _STRICT = reading.ReadOptions(fail_on_corruption=True, fail_on_data_loss=True)
@@ -53,15 +54,6 @@ _GROUP_KEYS_SCHEMA = StructType(
         StructField("digest", BinaryType(), False),
     ]
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Segment:
-    """A segment to rewrite: the file to read (a pin online), its base, its planned bytes."""
-
-    path: str
-    base_offset: int
-    size_bytes: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,7 +78,7 @@ class GroupTask:
     partition: int
     directory: str
     config: LogConfig
-    segments: tuple[Segment, ...]
+    segments: tuple[SegmentFile, ...]
     #: The group's segments narrowed to offsets below ``end_offset``: whose keys to look up.
     key_refs: tuple[SegmentRef, ...]
     #: The offset map covers offsets below this (the cleaner's ``end_offset``).
@@ -102,7 +94,7 @@ class GroupTask:
 class _ReadOnlySegment:
     """A segment as the cleaner's filter reads it, without opening its indexes."""
 
-    def __init__(self, segment: Segment) -> None:
+    def __init__(self, segment: SegmentFile) -> None:
         self.base_offset = segment.base_offset
         self.log = FileRecords(Path(segment.path), create=False, writable=False)
         assert self.log.size_bytes >= segment.size_bytes, (segment, self.log.size_bytes)
@@ -273,7 +265,7 @@ def clean_plans(
         )
         for group in plan.groups:
             segments = tuple(
-                Segment(
+                SegmentFile(
                     snap.segments[i].pin_path or snap.segments[i].path,
                     snap.segments[i].base_offset,
                     snap.segments[i].size_bytes,
