@@ -257,19 +257,13 @@ class LogSegment:
         first_position = self.log.append(records)
         start = 0
         for end, chunk_offset, largest_timestamp, offset_of_max_timestamp in chunks:
-            physical_position = first_position + start
-            if physical_position == 0:
-                self.rolling_based_timestamp = largest_timestamp
-            if largest_timestamp > self.max_timestamp_so_far:
-                self.max_timestamp_so_far = largest_timestamp
-                self.offset_of_max_timestamp_so_far = offset_of_max_timestamp
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(chunk_offset, physical_position)
-                self.time_index.maybe_append(
-                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
-                )
-                self.bytes_since_last_index_entry = 0
-            self.bytes_since_last_index_entry += end - start
+            self.record_appended(
+                first_position + start,
+                end - start,
+                chunk_offset,
+                largest_timestamp,
+                offset_of_max_timestamp,
+            )
             start = end
         self._next_offset = largest_offset + 1
 
