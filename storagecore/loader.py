@@ -47,6 +47,7 @@ from storagecore.producer_state import (
 )
 from storagecore.records.file_records import FileRecords
 from storagecore.segment import LogSegment
+from storagecore.segment_recovery import recover_segment, sanity_check_segment
 
 logger = logging.getLogger(__name__)
 
@@ -165,12 +166,12 @@ def load_log(
             )
             if problem is None:
                 try:
-                    segment.sanity_check()
+                    sanity_check_segment(segment)
                 except (CorruptIndexError, CorruptRecordError) as exc:
                     problem = str(exc)
             if problem is not None:
                 logger.warning("%s Rebuilding indexes of segment %d: %s", prefix, base, problem)
-                truncated_total += segment.recover(config.segment_index_bytes)
+                truncated_total += recover_segment(segment, config.segment_index_bytes)
                 recovered += 1
         segments.append(segment)
 
@@ -204,7 +205,7 @@ def load_log(
                 del segments[position + 1 :]
                 break
     # Segments whose recovery emptied them below an earlier segment's end cannot exist: offsets
-    # are checked against the segment base in recover().
+    # are checked against the segment base in recover_segment().
 
     if segments:
         next_offset = segments[-1].next_offset()
@@ -285,7 +286,7 @@ def _recover_segment(
         last_offset=segment.base_offset,
         now_ms=now_ms,
     )
-    truncated = segment.recover(index_bytes)
+    truncated = recover_segment(segment, index_bytes)
     producer_state.replay(segment.producer_batches(segment.base_offset))
     producer_state.map_end_offset = max(producer_state.map_end_offset, segment.next_offset())
     producer_state.take_snapshot()

@@ -2,16 +2,17 @@
 LocalLog).
 
 :class:`LocalLog` keeps the segment list, the recovery point and the segments waiting for their
-files to be unlinked; it rolls, flushes, deletes and swaps segments. Every multi-step change of
-the directory is written here once, as a numbered docstring on the method that runs it, and
-mirrored by the loader's passes (:mod:`storagecore.loader`): rolling (:meth:`LocalLog.roll`),
-segment deletion (:meth:`LocalLog.remove_and_delete_segments`, steps 3-5 of
-:meth:`storagecore.log.Log.delete_segments`) and the swap (:meth:`LocalLog.swap`, written once,
-run by both :meth:`LocalLog.replace_segments`, the cleaner's, and :meth:`LocalLog.bulk_append`).
-It also turns an I/O error into an offline log (Kafka's ``maybeHandleIOException``).
+files to be unlinked; it rolls, flushes, deletes and swaps segments, and walks them for reads.
+Every multi-step change of the directory is written here once, as a numbered docstring on the
+method that runs it, and mirrored by the loader's passes (:mod:`storagecore.loader`): rolling
+(:meth:`LocalLog.roll`), segment deletion (:meth:`LocalLog.remove_and_delete_segments`, steps
+3-5 of :meth:`storagecore.log.Log.delete_segments`) and the swap (:meth:`LocalLog.swap`,
+written once, run by both :meth:`LocalLog.replace_segments`, the cleaner's, and
+:func:`storagecore.bulk_append.bulk_append`). It also turns an I/O error into an offline log
+(Kafka's ``maybeHandleIOException``).
 
 What must not be here: offsets that the log's users see (the log start offset, producer state,
-record validation and offset assignment, reads, retention). Those are
+record validation and offset assignment, the bounds of reads, retention). Those are
 :class:`storagecore.log.Log`'s (Kafka's UnifiedLog), which owns a LocalLog. Not thread-safe by
 itself: callers hold the owning Log's lock.
 
@@ -31,8 +32,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,40 +43,24 @@ from storagecore.disk_space import is_disk_full
 from storagecore.errors import (
     LogDirFullError,
     LogDirOfflineError,
-    RecordTooLargeError,
     StorageError,
 )
 from storagecore.index import TimestampOffset
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
 from storagecore.records import layout
-from storagecore.records.batch import RecordBatch
 from storagecore.records.crc import crc32c
 from storagecore.records.scan import append_uncompressed
-from storagecore.segment import LogSegment
+from storagecore.segment import FetchData, LogSegment
 
 logger = logging.getLogger(__name__)
 
 #: The attributes' low byte, which holds the codec.
 _CODEC_BYTE = layout.ATTRIBUTES_OFFSET + 1
 
-_BASE_OFFSET = struct.Struct(">q")  # the first field of a batch, outside its CRC
-
 IoErrorCallback = Callable[[Path, OSError], None]
 RollCallback = Callable[[Sequence[LogSegment], int], None]
 """Called after every roll with the segments and the new active segment's base offset (the
 Log snapshots its producer state there)."""
-
-
-class BulkWrite(NamedTuple):
-    """What :meth:`LocalLog.bulk_append` appended."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    record_count: int
-    size_bytes: int
-    segment_count: int
 
 
 class _NativeSettings(NamedTuple):
@@ -365,6 +349,35 @@ class LocalLog:
             written=True,
         )
 
+    # -- read ----------------------------------------------------------------------------------
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        upper: int,
+        min_one_message: bool,
+        region_min_bytes: int | None,
+    ) -> FetchData | None:
+        """Whole batches from the one holding ``start_offset``, none at or after ``upper``
+        (Kafka ``LocalLog.read``: the segment walk; the bounds are the caller's). None when no
+        segment holds a batch reaching ``start_offset``."""
+        segments = self.segments
+        index = self.floor_index(start_offset)
+        while index < len(segments):
+            segment = segments[index]
+            max_position = segment.size_bytes
+            if upper < segment.next_offset():
+                header = segment.translate_offset(upper)
+                if header is not None and header.base_offset >= upper:
+                    max_position = header.position
+            data = segment.read(
+                start_offset, max_bytes, max_position, min_one_message, region_min_bytes
+            )
+            if data is not None:
+                return data
+            index += 1
+        return None
+
     # -- flush ---------------------------------------------------------------------------------
     def flush(self, offset: int) -> None:
         """fsync every segment holding offsets in ``[recovery point, offset)``, then advance the
@@ -436,10 +449,10 @@ class LocalLog:
         """Swap ``new_segments`` in for ``old_segments`` (Kafka ``LocalLog.replaceSegments``).
 
         The one swap of the code base, run by :meth:`replace_segments` (the cleaner's) and
-        :meth:`bulk_append`. The new segments are complete, flushed and named ``*.cleaned``, and
-        they hold only offsets that the old segments held or that follow the log end; the
-        callers check that. The protocol, mirrored by the loader's first two passes
-        (:mod:`storagecore.loader`):
+        :func:`storagecore.bulk_append.bulk_append`. The new segments are complete, flushed and
+        named ``*.cleaned``, and they hold only offsets that the old segments held or that
+        follow the log end; the callers check that. The protocol, mirrored by the loader's
+        first two passes (:mod:`storagecore.loader`):
 
         1. rename each new segment ``.cleaned`` → ``.swap``, in **descending** base-offset order,
            then fsync the directory. Crash before all are renamed: the loader finds ``.cleaned``
@@ -522,106 +535,6 @@ class LocalLog:
             [s.base_offset for s in new],
         )
         return True
-
-    def bulk_append(self, batches: Iterable[bytes | bytearray | memoryview]) -> BulkWrite:
-        """Append ``batches`` (at least one) all or nothing, even across a crash.
-
-        The batches' offsets are reassigned from the log end offset (the base-offset field lies
-        outside the CRC). They are written into new segments named ``*.cleaned`` after the log
-        end, and swapped in with :meth:`swap`, the empty active segment being the one replaced:
-
-        1. roll, so the active segment is empty at the log end offset ``L``;
-        2. write ``L.log.cleaned`` (and more segments when ``segment.bytes`` is reached), flush.
-           Crash or failure here: the ``.cleaned`` files are deleted (by the loader after a
-           crash) → the log as it was;
-        3. the swap's step 1, ``.cleaned`` → ``.swap`` highest first and a directory fsync, is
-           the commit point: from here the loader completes the swap (it deletes the segments
-           in the swapped range, here only the empty one at ``L``);
-        4. the swap's steps 2-4: the new segments take the empty segment's place in the list,
-           it is renamed ``.deleted`` and unlinked at once, ``.swap`` is stripped, the directory
-           fsynced;
-        5. roll a new active segment at the new log end; everything is flushed up to it.
-
-        Raises :class:`RecordTooLargeError` naming the partition for a batch above
-        ``max.message.bytes``; nothing is appended then.
-        """
-        # 1.
-        self.roll(None)
-        active = self.active_segment
-        assert active.size_bytes == 0 and active.base_offset == self.log_end_offset
-        # 2.
-        new, written = self._write_cleaned_segments(self.log_end_offset, batches)
-        # 3.-4.
-        self.swap(new, [active], unlink_replaced=True)
-        # 5.
-        self.roll(None)
-        self.recovery_point = self.log_end_offset
-        logger.info(
-            "%s: bulk-appended offsets [%d, %d) in %d segment(s)",
-            self.tp,
-            written.first_offset,
-            written.last_offset + 1,
-            len(new),
-        )
-        return written
-
-    def _write_cleaned_segments(
-        self, first_offset: int, batches: Iterable[bytes | bytearray | memoryview]
-    ) -> tuple[list[LogSegment], BulkWrite]:
-        """Step 2 of :meth:`bulk_append`. Any failure deletes what was written and re-raises."""
-        config = self.config
-        now_ms = self.clock.milliseconds()
-        new: list[LogSegment] = []
-        next_offset = first_offset
-        max_timestamp = layout.NO_TIMESTAMP
-        offset_of_max = -1
-        count = 0
-        size_total = 0
-        try:
-            for data in batches:
-                batch = RecordBatch(bytes(data))
-                batch.validate()
-                size = batch.size_bytes
-                if size > config.max_message_bytes:
-                    raise RecordTooLargeError(
-                        f"{self.tp}: batch of {size} bytes exceeds max.message.bytes="
-                        f"{config.max_message_bytes}"
-                    )
-                delta = batch.last_offset_delta
-                if not new or new[-1].size_bytes + size > config.segment_bytes:
-                    if new:
-                        new[-1].on_become_inactive_segment()
-                    new.append(
-                        LogSegment.open(
-                            self.directory,
-                            next_offset,
-                            index_interval_bytes=config.index_interval_bytes,
-                            max_index_size_bytes=config.segment_index_bytes,
-                            now_ms=now_ms,
-                            suffix=files.CLEANED_SUFFIX,
-                        )
-                    )
-                buffer = bytearray(batch.buffer)
-                _BASE_OFFSET.pack_into(buffer, layout.BASE_OFFSET_OFFSET, next_offset)
-                last = next_offset + delta
-                new[-1].append(last, batch.max_timestamp, last, buffer)
-                if batch.max_timestamp > max_timestamp:
-                    max_timestamp, offset_of_max = batch.max_timestamp, last
-                count += batch.records_count
-                size_total += size
-                next_offset = last + 1
-            assert new, f"{self.tp}: bulk append of no batches"
-            new[-1].on_become_inactive_segment()
-            for segment in new:
-                segment.flush()
-        except BaseException:
-            for segment in new:
-                segment.delete_files()  # still .cleaned: nothing refers to them
-            raise
-        written = BulkWrite(
-            first_offset, next_offset - 1, max_timestamp, offset_of_max, count, size_total, len(new)
-        )
-        return new, written
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self, *, handles_only: bool) -> None:

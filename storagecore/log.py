@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
+from storagecore.bulk_append import bulk_append
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
@@ -351,24 +352,10 @@ class Log:
 
         if start_offset >= upper:
             return result(b"")
-        segments = self._local.segments
-        index = self._local.floor_index(start_offset)
-        while index < len(segments):
-            segment = segments[index]
-            max_position = segment.size_bytes
-            if upper < segment.next_offset():
-                header = segment.translate_offset(upper)
-                if header is not None and header.base_offset >= upper:
-                    max_position = header.position
-            data = segment.read(
-                start_offset, max_bytes, max_position, min_one_message, region_min_bytes
-            )
-            if data is not None:
-                return result(
-                    data.records, data.first_entry_incomplete, data.next_offset, data.region
-                )
-            index += 1
-        return result(b"")
+        data = self._local.read(start_offset, max_bytes, upper, min_one_message, region_min_bytes)
+        if data is None:
+            return result(b"")
+        return result(data.records, data.first_entry_incomplete, data.next_offset, data.region)
 
     def records(
         self,
@@ -561,7 +548,8 @@ class Log:
         self, batches: Iterable[bytes | bytearray | memoryview]
     ) -> LogAppendInfo | None:
         """Append ``batches`` all or nothing, even across a crash (offline bulk loads), with
-        offsets from the log end offset; the protocol is :meth:`LocalLog.bulk_append`'s.
+        offsets from the log end offset; the protocol is
+        :func:`storagecore.bulk_append.bulk_append`'s.
 
         Returns None when ``batches`` is empty. Raises :class:`RecordTooLargeError` naming the
         partition for a batch above ``max.message.bytes``; nothing is appended then.
@@ -571,18 +559,9 @@ class Log:
         if head is None:
             return None
         with self._lock, self._local.io(f"bulk append to {self.tp}"):
-            written = self._local.bulk_append(itertools.chain((head,), pending))
+            written = bulk_append(self._local, itertools.chain((head,), pending))
             self._txn_state = None
-            return LogAppendInfo(
-                first_offset=written.first_offset,
-                last_offset=written.last_offset,
-                max_timestamp=written.max_timestamp,
-                shallow_offset_of_max_timestamp=written.offset_of_max_timestamp,
-                log_append_time=NO_TIMESTAMP,
-                log_start_offset=self._log_start_offset,
-                record_count=written.record_count,
-                valid_bytes=written.size_bytes,
-            )
+            return written.append_info(self._log_start_offset)
 
     def delete_expired_files(self, *, force: bool = False) -> int:
         """Unlink ``.deleted`` segment files whose delay has passed (with ``force``: all of them,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from storagecore import durability, files
-from storagecore.errors import CorruptRecordError, SegmentOffsetOverflowError
+from storagecore.errors import SegmentOffsetOverflowError
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
@@ -172,6 +172,11 @@ class LogSegment:
                 next_offset = header.next_offset
             self._next_offset = next_offset
         return self._next_offset
+
+    def set_next_offset(self, next_offset: int) -> None:
+        """Record the offset after the last batch, found by a walk over the whole file
+        (:mod:`storagecore.segment_recovery`), so :meth:`next_offset` need not walk again."""
+        self._next_offset = next_offset
 
     @property
     def largest_record_timestamp(self) -> int | None:
@@ -448,84 +453,18 @@ class LogSegment:
 
     def on_become_inactive_segment(self) -> None:
         """Final time-index entry (the segment's max timestamp) and trimmed indexes."""
-        self._append_final_time_entry()
+        self.append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
 
-    def _append_final_time_entry(self) -> None:
+    def append_final_time_entry(self) -> None:
+        """The time index's entry for the segment's max timestamp, if it has none yet."""
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
             )
 
     # -- recovery and truncation -------------------------------------------------------------
-    def recover(self, max_index_size_bytes: int) -> int:
-        """Rebuild the indexes from the log and cut it at the first invalid batch.
-
-        Returns the number of bytes truncated. A batch is valid when its size, magic and CRC
-        check out, its offsets lie in this segment and follow the previous batch.
-        """
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.offset_index.resize(max_index_size_bytes)
-        self.time_index.resize(max_index_size_bytes)
-        self.max_timestamp_so_far = NO_TIMESTAMP
-        self.offset_of_max_timestamp_so_far = self.base_offset
-        self.rolling_based_timestamp = None
-        valid_bytes = 0
-        last_index_entry = 0
-        expected_min_offset = self.base_offset
-        problem = "incomplete batch at the end of the file (torn write)"
-        try:
-            for position, batch in self.log.batches(0):
-                batch.validate()
-                if batch.base_offset < expected_min_offset:
-                    raise CorruptRecordError(
-                        f"batch at position {position} has base offset {batch.base_offset}, "
-                        f"expected at least {expected_min_offset}"
-                    )
-                if not self.can_convert_to_relative_offset(batch.last_offset):
-                    raise CorruptRecordError(
-                        f"batch at position {position} has last offset {batch.last_offset}, "
-                        f"not addressable from base offset {self.base_offset}"
-                    )
-                if batch.max_timestamp > self.max_timestamp_so_far:
-                    self.max_timestamp_so_far = batch.max_timestamp
-                    self.offset_of_max_timestamp_so_far = batch.last_offset
-                # A full index (segment.index.bytes lowered since the segment was written)
-                # just stays sparser: lookups remain correct, only slower.
-                if (
-                    valid_bytes - last_index_entry > self.index_interval_bytes
-                    and not self.offset_index.is_full()
-                    and not self.time_index.is_full()
-                ):
-                    self.offset_index.append(batch.last_offset, valid_bytes)
-                    self.time_index.maybe_append(
-                        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
-                    )
-                    last_index_entry = valid_bytes
-                valid_bytes += batch.size_bytes
-                expected_min_offset = batch.next_offset
-        except CorruptRecordError as exc:
-            problem = str(exc)
-        truncated = self.log.size_bytes - valid_bytes
-        if truncated > 0:
-            logger.warning(
-                "Truncating %s to %d bytes, removing %d bytes at position %d: %s",
-                self.log.path,
-                valid_bytes,
-                truncated,
-                valid_bytes,
-                problem,
-            )
-            self.log.truncate_to(valid_bytes)
-        self.offset_index.trim_to_valid_size()
-        self._append_final_time_entry()
-        self.time_index.trim_to_valid_size()
-        self.bytes_since_last_index_entry = valid_bytes - last_index_entry
-        self._next_offset = expected_min_offset
-        return truncated
-
     def truncate_to(self, offset: int, max_index_size_bytes: int, now_ms: int) -> int:
         """Remove every batch whose last offset is >= ``offset``; return bytes removed."""
         header = self.translate_offset(offset)
@@ -555,7 +494,7 @@ class LogSegment:
     def close(self) -> None:
         if self.log.closed:
             return
-        self._append_final_time_entry()
+        self.append_final_time_entry()
         self.offset_index.close()
         self.time_index.close()
         self.log.close()
@@ -591,29 +530,3 @@ class LogSegment:
         self.close_handles()
         for path in (self.log.path, self.offset_index.path, self.time_index.path, txn):
             path.unlink(missing_ok=True)
-
-    def sanity_check(self) -> None:
-        """Indexes consistent with the log and a clean tail, checked cheaply: index bounds and
-        order, then a header walk from the last index entry to the end of the file and the CRC
-        of the last batch. Raises CorruptIndexError or CorruptRecordError."""
-        self.offset_index.sanity_check(self.log.size_bytes)
-        start = self.offset_index.lookup(self.offset_index.last_offset).position
-        end = start
-        last: BatchHeader | None = None
-        for header in self.log.batch_headers(start):
-            end = header.position + header.size_bytes
-            last = header
-        if end != self.log.size_bytes:
-            raise CorruptRecordError(
-                f"{self.log.path}: {self.log.size_bytes - end} bytes after the last complete "
-                f"batch at position {end}"
-            )
-        if last is not None:
-            data = self.log.read(last.position, last.size_bytes)
-            RecordBatch(data).validate()
-            if last.base_offset < self.base_offset:
-                raise CorruptRecordError(
-                    f"{self.log.path}: last batch offset {last.base_offset} is below the base"
-                )
-        self._next_offset = last.next_offset if last is not None else self.base_offset
-        self.time_index.sanity_check(self.next_offset())

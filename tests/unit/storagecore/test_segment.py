@@ -11,6 +11,7 @@ from storagecore import NewRecord, RecordBatch, build_batch
 from storagecore.errors import SegmentOffsetOverflowError
 from storagecore.records.batch import iter_complete_batches
 from storagecore.segment import LogSegment, RollParams
+from storagecore.segment_recovery import recover_segment
 
 BASE = 40
 
@@ -166,7 +167,7 @@ def test_recovery_fixes_corrupt_index(tmp_path: Path) -> None:
         append(segment, BASE + i, str(i).encode(), timestamp=i)
     # garbage in both indexes
     segment.offset_index._write_entry((0, 0))
-    segment.recover(12_000)
+    recover_segment(segment, 12_000)
     for i in range(100):
         fetched = segment.read(BASE + i, 1024)
         assert fetched is not None and offsets(fetched.records)[0] == BASE + i
@@ -179,7 +180,7 @@ def test_recovery_with_corrupt_message_truncates_at_it(tmp_path: Path) -> None:
         positions.append(segment.size_bytes)
         append(segment, BASE + i, b"value-%d" % i, timestamp=i)
     os.pwrite(segment.log.fd, b"\xff", positions[12] + 70)  # inside batch 12, under the CRC
-    truncated = segment.recover(1000)
+    truncated = recover_segment(segment, 1000)
     assert segment.size_bytes == positions[12]
     assert truncated > 0
     assert segment.next_offset() == BASE + 12
@@ -189,7 +190,7 @@ def test_recovery_with_a_smaller_index_keeps_a_sparser_index(tmp_path: Path) -> 
     segment = make(tmp_path, index_interval_bytes=1, max_index=12_000)
     for i in range(50):
         append(segment, BASE + i, b"v", timestamp=i)
-    segment.recover(48)  # room for 4 offset entries and 3 time entries only
+    recover_segment(segment, 48)  # room for 4 offset entries and 3 time entries only
     assert segment.offset_index.entries <= 4
     for i in range(50):
         fetched = segment.read(BASE + i, 1024)
