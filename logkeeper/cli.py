@@ -296,6 +296,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="partitions of __consumer_offsets (default 10; never change it later)",
     )
     p.add_argument(
+        "--kafka-transaction-state-partitions",
+        type=int,
+        default=10,
+        help="partitions of __transaction_state (default 10; never change it later)",
+    )
+    p.add_argument(
+        "--kafka-transaction-max-timeout-ms",
+        type=int,
+        default=900_000,
+        help="longest transaction.timeout.ms a producer may ask for (default 900000)",
+    )
+    p.add_argument(
+        "--kafka-transaction-abort-interval-ms",
+        type=int,
+        default=10_000,
+        help="how often timed-out transactions are aborted (default 10000)",
+    )
+    p.add_argument(
         "--http-host",
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; 0.0.0.0 in a pod, with an admin token)",
@@ -564,6 +582,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 ),
                 allow_plaintext=args.kafka_allow_plaintext,
                 offsets_topic_partitions=args.kafka_offsets_topic_partitions,
+                transaction_state_partitions=args.kafka_transaction_state_partitions,
+                transaction_max_timeout_ms=args.kafka_transaction_max_timeout_ms,
+                transaction_abort_interval_ms=args.kafka_transaction_abort_interval_ms,
             )
             kafka.check()
         except ConfigError as exc:

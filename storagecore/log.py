@@ -43,7 +43,7 @@ from storagecore.records.file_records import FileRegion
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.segment import LogSegment, RollParams
-from storagecore.transactions import TransactionState
+from storagecore.transactions import AbortedTxn, TransactionState
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -454,11 +454,28 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        """The first offset of the earliest undecided transaction, else the high watermark."""
+        """The first offset of the earliest undecided transaction, else the high watermark.
+
+        Taken from the producer state (the transactions each producer has open), which the
+        append path keeps current: no walk of the log per call."""
         with self._lock:
-            first_unstable = self._current_txn_state().first_unstable_offset
+            first_unstable = self.producer_state.first_unstable_offset()
             hw = self.high_watermark
             return hw if first_unstable is None else min(first_unstable, hw)
+
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[start_offset, upper_offset)``
+        must filter: each one whose marker is at or after ``start_offset`` and whose data
+        begins before ``upper_offset`` (Kafka's ``collectAbortedTransactions`` over the
+        transaction index; here the index is derived from the log, see
+        :mod:`storagecore.transactions`), in first-offset order."""
+        with self._lock:
+            aborted = self._current_txn_state().aborted
+            return sorted(
+                a
+                for a in aborted
+                if a.last_offset >= start_offset and a.first_offset < upper_offset
+            )
 
     # -- retention -----------------------------------------------------------------------------
     def retention_view(self) -> list[SegmentView]:

@@ -26,6 +26,7 @@ from storageworker.kafka.listener_settings import ListenerSettings
 from storageworker.kafka.metrics import KafkaCollector
 from storageworker.kafka.offset_records import OFFSETS_TOPIC
 from storageworker.kafka.server import KafkaServer, offsets_topic_spec
+from storageworker.kafka.transaction_state import TRANSACTION_STATE_TOPIC
 from storageworker.settings import WorkerSettings
 from storageworker.worker import Worker
 
@@ -45,7 +46,14 @@ def serve(
 ) -> int:
     try:
         internal = (
-            {OFFSETS_TOPIC: offsets_topic_spec(kafka.offsets_topic_partitions)} if kafka else {}
+            {
+                OFFSETS_TOPIC: offsets_topic_spec(kafka.offsets_topic_partitions),
+                TRANSACTION_STATE_TOPIC: offsets_topic_spec(
+                    kafka.transaction_state_partitions, TRANSACTION_STATE_TOPIC
+                ),
+            }
+            if kafka
+            else {}
         )
         worker = Worker(
             data_dirs, topics_path, settings_path, clock=clock, internal_topics=internal

@@ -131,6 +131,18 @@ class ProducerStateManager:
     def is_empty(self) -> bool:
         return not self.producers
 
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction (Kafka's ``firstUnstableOffset``),
+        None when every transaction is decided."""
+        return min(
+            (
+                e.current_txn_first_offset
+                for e in self.producers.values()
+                if e.current_txn_first_offset is not None
+            ),
+            default=None,
+        )
+
     # -- the append path -----------------------------------------------------------------------
     def prepare_append(
         self, validated: ValidatedRecords, origin: AppendOrigin

@@ -7,12 +7,13 @@ field layouts are in :mod:`~storageworker.kafka.messages`):
 API                key  versions  notes
 =================  ===  ========  ===========================================================
 Produce            0    3-9       acks 0/1/-1 (one node: all = 1); idempotent producers
-Fetch              1    4-12      read_uncommitted; byte limits, max wait / min bytes
+Fetch              1    4-12      read_committed (last stable offset, aborted transactions)
+                                  and read_uncommitted; byte limits, max wait / min bytes
 ListOffsets        2    1-7       earliest (-2), latest (-1), max timestamp (-3), by time
 Metadata           3    1-12      this worker as the only broker, leader of everything
 OffsetCommit       8    2-8       stored in ``__consumer_offsets``
 OffsetFetch        9    1-7
-FindCoordinator    10   0-4       this worker coordinates every group; transactions: 53
+FindCoordinator    10   0-4       this worker coordinates every group and transaction
 JoinGroup          11   0-9       the classic group protocol (:mod:`.groups`)
 Heartbeat          12   0-4
 LeaveGroup         13   0-5
@@ -20,7 +21,11 @@ SyncGroup          14   0-5
 SaslHandshake      17   0-1       PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 when configured
 ApiVersions        18   0-3       a newer request gets UNSUPPORTED_VERSION in v0
 DeleteRecords      21   0-2       moves the log start offset (Kafka's rule)
-InitProducerId     22   0-4       idempotent producers; a transactional id is refused (53)
+InitProducerId     22   0-5       idempotent producers; transactional ids: the coordinator
+AddPartitionsToTxn 24   0-3       transactions (:mod:`.transaction_coordinator`); Kafka 4
+AddOffsetsToTxn    25   0-4       clients use transaction version 1 with this worker (it
+EndTxn             26   0-4       advertises no ``transaction.version`` feature)
+TxnOffsetCommit    28   0-4
 DescribeConfigs    32   1-4       topic configs (Kafka's keys and values)
 SaslAuthenticate   36   0-2
 =================  ===  ========  ===========================================================
@@ -38,7 +43,7 @@ import dataclasses
 import enum
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 
 from storagecore.config import TopicPartition
 from storagecore.errors import (
@@ -57,6 +62,7 @@ from storagecore.errors import (
 )
 from storagecore.log import FetchResult
 from storagecore.records.file_records import FileRegion
+from storagecore.transactions import AbortedTxn
 from storageworker.kafka import messages
 
 
@@ -77,6 +83,7 @@ class ErrorCode(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SASL_AUTHENTICATION_FAILED = 58
     KAFKA_STORAGE_ERROR = 56
@@ -87,12 +94,22 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     key: (m.versions.low, m.versions.high) for key, m in sorted(messages.MESSAGES.items())
 }
 
+READ_COMMITTED: Final = 1
 EARLIEST_TIMESTAMP: Final = -2
 LATEST_TIMESTAMP: Final = -1
 MAX_TIMESTAMP: Final = -3
 RESOURCE_TOPIC: Final = 2
 CONFIG_SOURCE_DYNAMIC_TOPIC: Final = 1
 CONFIG_SOURCE_DEFAULT: Final = 5
+
+
+class Stable(NamedTuple):
+    """A read and the partition's transaction facts: the last stable offset and, for a
+    read_committed fetch, the aborted transactions overlapping it (else None)."""
+
+    result: FetchResult
+    last_stable_offset: int
+    aborted: list[AbortedTxn] | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,9 +137,22 @@ class Broker(Protocol):
         """Raises StorageError (a ProducerStateError for a refused idempotent batch)."""
 
     def read(
-        self, tp: TopicPartition, offset: int, max_bytes: int, *, zero_copy: bool = False
-    ) -> FetchResult:
-        """With ``zero_copy`` a large enough read comes back as a file region to sendfile."""
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        *,
+        zero_copy: bool = False,
+        committed: bool = False,
+    ) -> Stable:
+        """With ``zero_copy`` a large enough read comes back as a file region to sendfile;
+        with ``committed`` (read_committed) only records below the last stable offset."""
+
+    def last_stable_offset(self, tp: TopicPartition) -> int: ...
+
+    def verify_transaction(self, transactional_id: str, tp: TopicPartition, records: bytes) -> int:
+        """0 when a transactional batch may be appended to ``tp`` (KIP-890 part 1), else the
+        error code."""
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) for earliest (-2), latest (-1), max timestamp (-3) or a
@@ -255,12 +285,18 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
                 answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
             elif not _served(served, name, index) or broker.is_internal(name):
                 answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif data["transactional_id"] is not None:
-                answer["error_code"] = ErrorCode.INVALID_TXN_STATE
-                answer["error_message"] = "transactions are not supported by this worker"
             elif not records:
                 answer["error_code"] = ErrorCode.CORRUPT_MESSAGE
                 answer["error_message"] = "no records"
+            elif data["transactional_id"] is not None and (
+                code := broker.verify_transaction(
+                    data["transactional_id"], TopicPartition(name, index), records
+                )
+            ):
+                answer["error_code"] = code
+                answer["error_message"] = (
+                    f"{name}-{index} is not in an ongoing transaction of this producer"
+                )
             else:
                 try:
                     done = broker.append(TopicPartition(name, index), records)
@@ -286,11 +322,11 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
 ZERO_COPY_MIN_BYTES: Final = 16 << 10
 
 
-def release(results: list[tuple[int, FetchResult | None]]) -> None:
+def release(results: list[tuple[int, Stable | None]]) -> None:
     """Close the file regions of fetch results that will not be sent."""
-    for _error, result in results:
-        if result is not None and result.region is not None:
-            result.region.close()
+    for _error, stable in results:
+        if stable is not None and stable.result.region is not None:
+            stable.result.region.close()
 
 
 async def fetch(
@@ -317,7 +353,8 @@ async def fetch(
         for topic in data["topics"]
         for p in topic["partitions"]
     ]
-    results: list[tuple[int, FetchResult | None]] = []
+    results: list[tuple[int, Stable | None]] = []
+    committed = data["isolation_level"] == READ_COMMITTED
 
     def read_all() -> int:
         release(results)  # a re-read after a wait: the earlier regions are not sent
@@ -329,14 +366,18 @@ async def fetch(
                 continue
             limit = max(min(partition_max, max_bytes - total), 0)
             try:
-                result = broker.read(
-                    TopicPartition(name, index), offset, limit, zero_copy=zero_copy
+                stable = broker.read(
+                    TopicPartition(name, index),
+                    offset,
+                    limit,
+                    zero_copy=zero_copy,
+                    committed=committed,
                 )
             except StorageError as exc:
                 results.append((error_for(exc), None))
                 continue
-            results.append((ErrorCode.NONE, result))
-            total += result.size_bytes
+            results.append((ErrorCode.NONE, stable))
+            total += stable.result.size_bytes
         return total
 
     min_bytes = max(data["min_bytes"], 1)
@@ -357,7 +398,8 @@ async def fetch(
         raise
     responses: list[dict[str, Any]] = []
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (name, index, _offset, _max), (error, result) in zip(wanted, results, strict=True):
+    for (name, index, _offset, _max), (error, stable) in zip(wanted, results, strict=True):
+        result = stable.result if stable is not None else None
         partitions = by_topic.get(name)
         if partitions is None:
             partitions = by_topic[name] = []
@@ -372,9 +414,14 @@ async def fetch(
                 "partition_index": index,
                 "error_code": error,
                 "high_watermark": result.high_watermark if result else -1,
-                "last_stable_offset": result.high_watermark if result else -1,
+                "last_stable_offset": stable.last_stable_offset if stable else -1,
                 "log_start_offset": result.log_start_offset if result else -1,
-                "aborted_transactions": None,
+                "aborted_transactions": None
+                if stable is None or stable.aborted is None
+                else [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in stable.aborted
+                ],
                 "records": records,
             }
         )
@@ -418,6 +465,14 @@ def list_offsets(request: Request, broker: Broker) -> dict[str, Any]:
         if timestamp < MAX_TIMESTAMP or (timestamp == MAX_TIMESTAMP and request.version < 7):
             return {"error_code": ErrorCode.UNSUPPORTED_VERSION}
         found_ts, offset = broker.list_offset(tp, timestamp)
+        if request.data["isolation_level"] == READ_COMMITTED and timestamp != EARLIEST_TIMESTAMP:
+            # read_committed sees the log up to the last stable offset (Kafka's
+            # lastFetchableOffset): latest is the LSO, a later record is not found.
+            stable = broker.last_stable_offset(tp)
+            if timestamp == LATEST_TIMESTAMP:
+                offset = stable
+            elif offset >= stable:
+                found_ts, offset = -1, -1
         return {"timestamp": found_ts, "offset": offset, "leader_epoch": 0}
 
     return _each_partition(request, broker, answer)
@@ -484,35 +539,27 @@ def describe_configs(request: Request, broker: Broker) -> dict[str, Any]:
 # -- InitProducerId --------------------------------------------------------------------------
 
 
-#: Why a transactional id is refused (FindCoordinator answers it to the client).
-NO_TRANSACTIONS: Final = (
-    "transactions are not supported by this worker yet: produce without transactional.id "
-    "(idempotent producers are served)"
-)
-
-
 def init_producer_id(request: Request, broker: Broker) -> dict[str, Any]:
-    if request.data["transactional_id"] is not None:
-        # Transactions need a transaction coordinator and markers written on commit/abort:
-        # not served yet (see find_coordinator). An idempotent producer is.
-        return {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    """An idempotent producer's id (a transactional id goes to the transaction coordinator)."""
+    assert request.data["transactional_id"] is None, "transactional ids are the coordinator's"
     return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id()}
 
 
 # -- FindCoordinator -------------------------------------------------------------------------
 
+#: FindCoordinator key types: a consumer group, a transactional id.
+KEY_TYPE_GROUP: Final = 0
+KEY_TYPE_TRANSACTION: Final = 1
+
 
 def find_coordinator(request: Request, broker: Broker) -> dict[str, Any]:
-    """Every group's coordinator is this worker. Transactions are not served yet: a
-    transaction coordinator is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and a
-    message saying why. It is the one answer both Kafka's Java client and librdkafka take as
-    final at ``initTransactions`` (any other error, e.g. COORDINATOR_NOT_AVAILABLE or
-    INVALID_REQUEST, librdkafka retries until its timeout); the README lists the difference."""
+    """This worker coordinates every group and every transactional id; other key types
+    (share groups) are answered INVALID_REQUEST with a message saying why."""
     data = request.data
     node = {"node_id": broker.node_id, "host": broker.host, "port": broker.port}
-    group_key = data["key_type"] == 0
-    error = ErrorCode.NONE if group_key else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    message = None if group_key else NO_TRANSACTIONS
+    known = data["key_type"] in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION)
+    error = ErrorCode.NONE if known else ErrorCode.INVALID_REQUEST
+    message = None if known else f"coordinator key type {data['key_type']} is not served"
     if request.version >= 4:
         return {
             "coordinators": [

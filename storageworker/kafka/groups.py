@@ -49,6 +49,7 @@ from storageworker.kafka.offset_records import (
     offsets_partition,
     parse_offset_record,
 )
+from storageworker.kafka.txn_offsets import PendingTxnOffsets
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ class GroupCoordinator:
         self.clock = clock
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        #: Offsets of open transactions (TxnOffsetCommit), applied by their COMMIT marker.
+        self.txn_offsets = PendingTxnOffsets()
         self.rebalances = 0
 
     # -- committed offsets -------------------------------------------------------------------
@@ -110,7 +113,8 @@ class GroupCoordinator:
         logged with its offset."""
         applied = 0
         for _position, batch in iter_complete_batches(records):
-            if batch.is_control:
+            if batch.is_transactional:
+                applied += self.txn_offsets.load_batch(batch, tp, self.offsets)
                 continue
             for record in batch.records():
                 if record.key is None:

@@ -39,6 +39,15 @@ class ListenerSettings:
     offsets_topic_partitions: int = 10
     """Partitions of ``__consumer_offsets``. Groups map to partitions by hash: never change
     it on a volume that already has the topic."""
+    transaction_state_partitions: int = 10
+    """Partitions of ``__transaction_state`` (Kafka's default is 50). Transactional ids map to
+    partitions by hash: never change it on a volume that already has the topic."""
+    transaction_max_timeout_ms: int = 900_000
+    """The longest ``transaction.timeout.ms`` a producer may ask for (Kafka's
+    ``transaction.max.timeout.ms``)."""
+    transaction_abort_interval_ms: int = 10_000
+    """How often timed-out transactions are looked for and aborted (Kafka's
+    ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
 
     def check(self) -> None:
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
@@ -47,6 +56,12 @@ class ListenerSettings:
             raise ConfigError("kafka listener: a client CA needs TLS (certificate and key)")
         if not 1 <= self.offsets_topic_partitions <= 1000:
             raise ConfigError("kafka listener: offsets topic partitions must be 1-1000")
+        if not 1 <= self.transaction_state_partitions <= 1000:
+            raise ConfigError("kafka listener: transaction state partitions must be 1-1000")
+        if self.transaction_max_timeout_ms < 1 or self.transaction_abort_interval_ms < 1:
+            raise ConfigError(
+                "kafka listener: transaction max timeout and abort interval must be >= 1 ms"
+            )
         unknown = set(self.sasl_mechanisms) - set(MECHANISMS)
         if unknown:
             raise ConfigError(f"kafka listener: unknown SASL mechanisms {sorted(unknown)}")

@@ -24,6 +24,7 @@ from storageworker.kafka.group_messages import (
     SYNC_GROUP,
 )
 from storageworker.kafka.schema import Message, f, message
+from storageworker.kafka.txn_messages import TXN_MESSAGES
 
 INT32_MIN: Final = -(1 << 31)
 
@@ -298,7 +299,7 @@ API_VERSIONS: Final = message(
 INIT_PRODUCER_ID: Final = message(
     22,
     "InitProducerId",
-    "0-4",
+    "0-5",
     "2+",
     request=[
         f("transactional_id", "string", nullable="0+"),
@@ -442,5 +443,6 @@ MESSAGES: Final[dict[int, Message]] = {
         INIT_PRODUCER_ID,
         DESCRIBE_CONFIGS,
         SASL_AUTHENTICATE,
+        *TXN_MESSAGES,
     )
 }

@@ -23,7 +23,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
 from storagecore.config import LogConfig, TopicPartition, TopicSpec
@@ -32,7 +32,8 @@ from storagecore.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from storagecore.log import FetchResult, Log
+from storagecore.log import Log
+from storagecore.log_validator import AppendOrigin
 from storagecore.records import layout
 from storagecore.records.file_records import FileRegion
 from storageworker.kafka import apis, messages, topic_configs
@@ -43,6 +44,8 @@ from storageworker.kafka.offset_records import OFFSETS_TOPIC
 from storageworker.kafka.producers import ProducerIds
 from storageworker.kafka.sasl import AuthenticationError, Authenticator
 from storageworker.kafka.schema import decode, encode
+from storageworker.kafka.transaction_coordinator import TransactionCoordinator
+from storageworker.kafka.transaction_state import TRANSACTION_STATE_TOPIC
 from storageworker.kafka.wire import ProtocolError, Reader, Writer, frame_size
 from storageworker.worker import Worker
 
@@ -53,9 +56,18 @@ OFFSETS_TOPIC_CONFIG: Final = {
     "segment.bytes": str(100 * 1024 * 1024),
     "compression.type": "producer",
 }
+_I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
-_ALWAYS_ALLOWED: Final = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+_ALWAYS_ALLOWED: Final = frozenset({18, 17, 36})
+#: API key → the transaction coordinator's method serving it.
+_TRANSACTION_APIS: Final = {
+    22: "init_producer_id",
+    24: "add_partitions",
+    25: "add_offsets",
+    26: "end_txn",
+    28: "txn_offset_commit",
+}  # ApiVersions, SaslHandshake, SaslAuthenticate
 #: A Produce request holding at most this many bytes of records is appended on the event loop's
 #: own thread; a larger one in a worker thread. The append writes to the page cache (no fsync,
 #: Kafka's default too), tens of microseconds for the Java producer's 16 KiB batches, while the
@@ -79,6 +91,7 @@ class WorkerBroker:
         self.producer_ids = ProducerIds()
         self.counters: KafkaCounters | None = None
         self.on_append: Callable[[], None] = lambda: None
+        self.transactions: TransactionCoordinator | None = None
 
     def partitions(self) -> dict[str, int]:
         manager = self.worker.log_manager
@@ -143,10 +156,43 @@ class WorkerBroker:
         return apis.Appended(info.first_offset, info.log_append_time, info.log_start_offset)
 
     def read(
-        self, tp: TopicPartition, offset: int, max_bytes: int, *, zero_copy: bool = False
-    ) -> FetchResult:
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        *,
+        zero_copy: bool = False,
+        committed: bool = False,
+    ) -> apis.Stable:
+        """Records from ``offset``; with ``committed`` (read_committed) only below the last
+        stable offset, with the aborted transactions the client must filter."""
         region_min = apis.ZERO_COPY_MIN_BYTES if zero_copy else None
-        return self.log_of(tp).read(offset, max_bytes, region_min_bytes=region_min)
+        log = self.log_of(tp)
+        lso = log.last_stable_offset
+        max_offset = lso if committed else None
+        result = log.read(offset, max_bytes, region_min_bytes=region_min, max_offset=max_offset)
+        aborted = log.aborted_transactions(offset, lso) if committed else None
+        return apis.Stable(result, lso, aborted)
+
+    def last_stable_offset(self, tp: TopicPartition) -> int:
+        return self.log_of(tp).last_stable_offset
+
+    def write(self, tp: TopicPartition, records: bytes, coordinator: bool) -> int:
+        """The transaction coordinator's appends: its ``__transaction_state`` records, the
+        transactional offset commits, and (as the coordinator) the markers."""
+        origin = AppendOrigin.COORDINATOR if coordinator else AppendOrigin.CLIENT
+        info = self.log_of(tp).append(records, origin=origin)
+        self.on_append()
+        return info.first_offset
+
+    def verify_transaction(self, transactional_id: str, tp: TopicPartition, records: bytes) -> int:
+        """KIP-890 part 1: a transactional batch is appended only inside its producer's
+        ongoing transaction holding ``tp`` (an error code, 0 when it may be)."""
+        if self.transactions is None or len(records) < layout.RECORD_BATCH_OVERHEAD:
+            return apis.ErrorCode.INVALID_TXN_STATE
+        producer_id = _I64.unpack_from(records, layout.PRODUCER_ID_OFFSET)[0]
+        epoch = _I16.unpack_from(records, layout.PRODUCER_EPOCH_OFFSET)[0]
+        return self.transactions.verify(transactional_id, producer_id, epoch, tp)
 
     def list_offset(self, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
         found = self.log_of(tp).offset_for_timestamp(timestamp)
@@ -174,9 +220,11 @@ class WorkerBroker:
         return self.producer_ids.next()
 
 
-def offsets_topic_spec(partitions: int) -> TopicSpec:
+def offsets_topic_spec(partitions: int, name: str = OFFSETS_TOPIC) -> TopicSpec:
+    """``__consumer_offsets`` (or, with ``name``, ``__transaction_state``: the same config,
+    as Kafka's ``transaction.state.log.*`` defaults)."""
     return TopicSpec(
-        OFFSETS_TOPIC,
+        name,
         partitions,
         LogConfig.from_topic_config(OFFSETS_TOPIC_CONFIG),
         topic_config=dict(OFFSETS_TOPIC_CONFIG),
@@ -194,6 +242,7 @@ class KafkaServer:
         self.counters = KafkaCounters()
         self.broker: WorkerBroker | None = None
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -202,6 +251,7 @@ class KafkaServer:
         #: Set by the next append, then replaced (see :func:`apis.fetch`); loop thread only.
         self._appended: asyncio.Event | None = None
         self._expiry: asyncio.Task[None] | None = None
+        self._txn_timer: asyncio.Task[None] | None = None
         self.port = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -255,8 +305,23 @@ class KafkaServer:
             return await asyncio.to_thread(broker.append, tp, records)
 
         self.groups = GroupCoordinator(append, settings.offsets_topic_partitions)
+
+        async def write(tp: TopicPartition, records: bytes, coordinator: bool) -> int:
+            return await asyncio.to_thread(broker.write, tp, records, coordinator)
+
+        self.transactions = broker.transactions = TransactionCoordinator(
+            write,
+            broker.partitions,
+            broker.next_producer_id,
+            self.groups,
+            settings.transaction_state_partitions,
+            lambda: int(time.time() * 1000),
+            max_timeout_ms=settings.transaction_max_timeout_ms,
+        )
         await asyncio.to_thread(self._load_offsets)
+        await self.transactions.complete_pending()
         self._expiry = loop.create_task(self._expire_sessions())
+        self._txn_timer = loop.create_task(self._abort_transactions())
         self._ready.set()
 
     def _next_append(self) -> asyncio.Event:
@@ -270,11 +335,24 @@ class KafkaServer:
         done.set()
 
     def _load_offsets(self) -> None:
-        """Read ``__consumer_offsets`` back into the coordinator's memory."""
-        assert self.broker is not None and self.groups is not None
+        """Read ``__consumer_offsets`` and ``__transaction_state`` back into the
+        coordinators' memory."""
+        assert self.groups is not None and self.transactions is not None
+        settings = self.settings
+        records = self._load(OFFSETS_TOPIC, settings.offsets_topic_partitions, self.groups.load)
+        logger.info("Loaded %d committed offsets from %s", records, OFFSETS_TOPIC)
+        records = self._load(
+            TRANSACTION_STATE_TOPIC, settings.transaction_state_partitions, self.transactions.load
+        )
+        logger.info("Loaded %d transaction states from %s", records, TRANSACTION_STATE_TOPIC)
+
+    def _load(
+        self, topic: str, partitions: int, apply: Callable[[bytes, TopicPartition], int]
+    ) -> int:
+        assert self.broker is not None
         records = 0
-        for partition in range(self.settings.offsets_topic_partitions):
-            tp = TopicPartition(OFFSETS_TOPIC, partition)
+        for partition in range(partitions):
+            tp = TopicPartition(topic, partition)
             try:
                 log = self.broker.log_of(tp)
             except UnknownTopicOrPartitionError:
@@ -284,9 +362,21 @@ class KafkaServer:
                 result = log.read(offset, 4 << 20)
                 if result.next_offset <= offset:
                     break
-                records += self.groups.load(result.records, tp)
+                records += apply(result.records, tp)
                 offset = result.next_offset
-        logger.info("Loaded %d committed offsets from %s", records, OFFSETS_TOPIC)
+        return records
+
+    async def _abort_transactions(self) -> None:
+        """Abort timed-out transactions every ``transaction_abort_interval_ms`` (Kafka's
+        ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
+        interval_s = self.settings.transaction_abort_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            assert self.transactions is not None
+            try:
+                await self.transactions.abort_expired()
+            except Exception:
+                logger.exception("The transaction timeout check failed; retried next round")
 
     async def _expire_sessions(self) -> None:
         while True:
@@ -504,8 +594,14 @@ class KafkaServer:
             return await groups.sync(data)
         if key == 21:
             return await asyncio.to_thread(apis.delete_records, request, broker)
-        if key == 22:
+        if key == 22 and data["transactional_id"] is None:
             return apis.init_producer_id(request, broker)
+        if key in _TRANSACTION_APIS:
+            assert self.transactions is not None
+            serve: Callable[[dict[str, Any], int], Awaitable[dict[str, Any]]] = getattr(
+                self.transactions, _TRANSACTION_APIS[key]
+            )
+            return await serve(data, request.version)
         if key == 32:
             return apis.describe_configs(request, broker)
         if key == 17:

@@ -280,13 +280,19 @@ def test_an_append_between_the_read_and_the_wait_still_wakes_the_fetch() -> None
             return {"t": 1}
 
         def read(
-            self, tp: TopicPartition, offset: int, max_bytes: int, *, zero_copy: bool = False
-        ) -> FetchResult:
+            self,
+            tp: TopicPartition,
+            offset: int,
+            max_bytes: int,
+            *,
+            zero_copy: bool = False,
+            committed: bool = False,
+        ) -> apis.Stable:
             state["reads"] += 1
             if state["reads"] == 1:  # an append lands while the first read runs
                 loop_box[0].call_soon_threadsafe(notify)
-                return FetchResult(b"", offset, 0, 0, 0)
-            return FetchResult(b"x" * 10, offset, 0, 1, 1)
+                return apis.Stable(FetchResult(b"", offset, 0, 0, 0), 0, None)
+            return apis.Stable(FetchResult(b"x" * 10, offset, 0, 1, 1), 1, None)
 
     request = apis.Request(
         1,
@@ -297,6 +303,7 @@ def test_an_append_between_the_read_and_the_wait_still_wakes_the_fetch() -> None
             "max_bytes": 1 << 20,
             "max_wait_ms": 30_000,
             "min_bytes": 1,
+            "isolation_level": 0,
             "topics": [
                 {
                     "topic": "t",
