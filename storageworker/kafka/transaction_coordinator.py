@@ -68,6 +68,7 @@ from storageworker.kafka.wire import ProtocolError
 logger = logging.getLogger(__name__)
 
 NONE: Final = 0
+INVALID_REQUEST: Final = 42
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
 COORDINATOR_NOT_AVAILABLE: Final = 15
 ILLEGAL_GENERATION: Final = 22
@@ -165,60 +166,78 @@ class TransactionCoordinator:
 
     # -- InitProducerId ----------------------------------------------------------------------
     async def init_producer_id(self, data: dict[str, Any], version: int) -> dict[str, Any]:
+        """Kafka's ``handleInitProducerId`` / ``prepareInitProducerIdTransit``."""
         txn_id: str = data["transactional_id"]
         timeout_ms: int = data["transaction_timeout_ms"]
-        answer: dict[str, Any] = {"producer_id": NO_PRODUCER_ID, "producer_epoch": -1}
+        failed: dict[str, Any] = {"producer_id": NO_PRODUCER_ID, "producer_epoch": -1}
         if not txn_id:
-            return {**answer, "error_code": INVALID_TXN_STATE}  # Kafka: an empty id is invalid
+            return {**failed, "error_code": INVALID_REQUEST}
         if not 0 < timeout_ms <= self.max_timeout_ms:
-            return {**answer, "error_code": INVALID_TRANSACTION_TIMEOUT}
+            return {**failed, "error_code": INVALID_TRANSACTION_TIMEOUT}
+        expected: tuple[int, int] | None = (data["producer_id"], data["producer_epoch"])
+        if expected is not None and expected[0] == NO_PRODUCER_ID:
+            expected = None  # a new producer (v0-2 never name one)
         async with self._lock:
             now = self.clock_ms()
             meta = self.transactions.get(txn_id)
-            expected = (data["producer_id"], data["producer_epoch"])
             if meta is None:
-                fresh = TransactionMetadata(
-                    txn_id, self.next_producer_id(), 0, timeout_ms, TxnState.EMPTY,
-                    last_update_ms=now,
+                meta = TransactionMetadata(
+                    txn_id, self.next_producer_id(), NO_PRODUCER_EPOCH, timeout_ms,
+                    TxnState.EMPTY, last_update_ms=now,
                 )  # fmt: skip
-                error = await self._persist(fresh)
-                if error:
-                    return {**answer, "error_code": error}
-                return {**answer, "error_code": NONE, "producer_id": fresh.producer_id,
-                        "producer_epoch": 0}  # fmt: skip
-            if expected[0] != NO_PRODUCER_ID:
-                # v3+: a producer resuming after an error names itself; it must be the
-                # current one or the one just replaced by a retried bump (Kafka's rule).
-                current = (meta.producer_id, meta.producer_epoch)
-                retried = (meta.last_producer_id, meta.last_producer_epoch)
-                if expected == retried and meta.state is TxnState.EMPTY:
-                    return {**answer, "error_code": NONE, "producer_id": meta.producer_id,
-                            "producer_epoch": meta.producer_epoch}  # fmt: skip
-                if expected != current:
-                    return {**answer, "error_code": _fenced(version, 4)}
+            if expected is not None and not (
+                meta.producer_epoch == NO_PRODUCER_EPOCH
+                or expected[0] == meta.producer_id
+                or (expected[0] == meta.last_producer_id and expected[1] >= EPOCH_MAX - 1)
+            ):
+                return {**failed, "error_code": _fenced(version, 4)}
+            if meta.state.is_preparing:
+                return {**failed, "error_code": CONCURRENT_TRANSACTIONS}  # the client retries
             if meta.state is TxnState.ONGOING:
-                # A new instance of the producer: the old one's transaction is aborted with
-                # a bumped epoch (markers fence it on every partition), then bumped again.
+                # A new instance of the producer: the old one's transaction is aborted with a
+                # bumped epoch (its markers fence the zombie on every partition). Kafka then
+                # answers CONCURRENT_TRANSACTIONS and the client's retry bumps again; here the
+                # abort is done before answering, and the bump below is that retry's.
                 self.counters.fenced_producers += 1
-                bumped = self._bumped(meta, now)
-                bumped.state = TxnState.PREPARE_ABORT
-                error = await self._persist(bumped)
+                fenced = self._bumped(meta, now)
+                fenced.state = TxnState.PREPARE_ABORT
+                error = await self._persist(fenced)
                 if error:
-                    return {**answer, "error_code": error}
-                await self._complete(bumped, committed=False)
+                    return {**failed, "error_code": error}
+                if not await self._complete(fenced, committed=False):
+                    return {**failed, "error_code": CONCURRENT_TRANSACTIONS}
                 meta = self.transactions[txn_id]
-            elif meta.state.is_preparing:
-                await self._complete(meta, meta.state is TxnState.PREPARE_COMMIT)
-                meta = self.transactions[txn_id]
-            nxt = self._bumped(meta, now)
+            nxt = self._next_epoch(meta, expected, now)
+            if nxt is None:
+                return {**failed, "error_code": _fenced(version, 4)}
             nxt.state, nxt.timeout_ms, nxt.partitions, nxt.start_ms = (
                 TxnState.EMPTY, timeout_ms, set(), -1,
             )  # fmt: skip
             error = await self._persist(nxt)
             if error:
-                return {**answer, "error_code": error}
-            return {**answer, "error_code": NONE, "producer_id": nxt.producer_id,
+                return {**failed, "error_code": error}
+            return {**failed, "error_code": NONE, "producer_id": nxt.producer_id,
                     "producer_epoch": nxt.producer_epoch}  # fmt: skip
+
+    def _next_epoch(
+        self, meta: TransactionMetadata, expected: tuple[int, int] | None, now: int
+    ) -> TransactionMetadata | None:
+        """Kafka's ``prepareIncrementProducerEpoch`` (or ``prepareProducerIdRotation`` when
+        the epoch is exhausted); None when ``expected`` names an epoch to fence."""
+        current = meta.producer_epoch
+        if current >= EPOCH_MAX - 1 and (expected is None or expected[1] == current):
+            return self._bumped(meta, now)  # a new producer id
+        out = meta.copy()
+        out.last_update_ms = now
+        if expected is None:
+            out.producer_epoch, out.last_producer_epoch = current + 1, NO_PRODUCER_EPOCH
+        elif current == NO_PRODUCER_EPOCH or expected[1] == current:
+            out.producer_epoch, out.last_producer_epoch = current + 1, current
+        elif expected[1] == meta.last_producer_epoch:
+            pass  # a retry of a bump whose answer was lost: the same epoch again
+        else:
+            return None
+        return out
 
     def _bumped(self, meta: TransactionMetadata, now: int) -> TransactionMetadata:
         """The next epoch of ``meta``, or a new producer id at epoch 0 when exhausted."""
@@ -403,7 +422,7 @@ class TransactionCoordinator:
             return {"error_code": NONE if state is done else INVALID_TXN_STATE}
 
     # -- markers and completion ----------------------------------------------------------------
-    async def _complete(self, prepared: TransactionMetadata, committed: bool) -> None:
+    async def _complete(self, prepared: TransactionMetadata, committed: bool) -> bool:
         """Write the markers of a prepared transaction, then its Complete state. A marker that
         cannot be written leaves the transaction prepared: :meth:`complete_pending` (run
         periodically) tries again, as Kafka's marker channel retries."""
@@ -428,7 +447,7 @@ class TransactionCoordinator:
                     "Transaction %r: the %s marker to %s failed, retried later: %s",
                     prepared.transactional_id, control.name, tp, exc,
                 )  # fmt: skip
-                return
+                return False
             self.counters.markers_written += 1
             if tp.topic == OFFSETS_TOPIC:
                 self.groups.txn_offsets.complete(
@@ -437,11 +456,13 @@ class TransactionCoordinator:
         complete = prepared.copy()
         complete.state = TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT
         complete.last_update_ms = self.clock_ms()
-        if not await self._persist(complete):
-            if committed:
-                self.counters.committed += 1
-            else:
-                self.counters.aborted += 1
+        if await self._persist(complete):
+            return False
+        if committed:
+            self.counters.committed += 1
+        else:
+            self.counters.aborted += 1
+        return True
 
     async def _persist(self, meta: TransactionMetadata, *, tombstone: bool = False) -> int:
         """Write ``meta``'s record, then make it the id's entry. NONE or the error code."""

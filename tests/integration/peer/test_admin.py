@@ -11,8 +11,6 @@ from tests.kafka_support.raw_client import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_peer]
 
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-
 
 def test_admin_client_sees_the_same_cluster_topics_and_configs(peers: Peers) -> None:
     answers = {name: java_client("admin", address, "configured") for name, address in peers.both()}
@@ -44,29 +42,60 @@ def test_admin_client_sees_the_same_cluster_topics_and_configs(peers: Peers) -> 
     assert kafka["unknownTopicConfigs"] == "UnknownTopicOrPartitionException"
 
 
-def test_a_transactional_producer_is_refused_at_once_on_the_worker(peers: Peers) -> None:
-    """Kafka serves transactions; the worker does not yet. Its answer must stop a transactional
-    producer at ``initTransactions`` with the reason, not leave it retrying to its timeout."""
-    kafka = java_client("transactional", peers.kafka, "configured")
-    assert kafka == {"initTransactions": "ok"}
-    ours = java_client("transactional", peers.logkeeper, "configured")
-    assert ours["initTransactions"] == "TransactionalIdAuthorizationException"
-    with RawClient(peers.logkeeper) as client:
-        answer = client.call(10, 4, {"key_type": 1, "coordinator_keys": ["txn-a"]})
-    [coordinator] = answer["coordinators"]
-    assert coordinator["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert "transactions are not supported" in coordinator["error_message"]
+def test_a_transactional_producer_starts_on_both(peers: Peers) -> None:
+    """``initTransactions`` succeeds on both peers and FindCoordinator(TRANSACTION) names the
+    peer itself (the transactions themselves: ``test_transactions.py``)."""
+    assert java_client("transactional", peers.kafka, "configured") == {"initTransactions": "ok"}
+    assert java_client("transactional", peers.logkeeper, "configured") == {"initTransactions": "ok"}
+    for _name, address in peers.both():
+        with RawClient(address) as client:
+            answer = client.call(10, 4, {"key_type": 1, "coordinator_keys": ["txn-a"]})
+        [coordinator] = answer["coordinators"]
+        assert coordinator["error_code"] == 0, address
+        assert coordinator["port"] == int(address.rsplit(":", 1)[1]), address
 
 
-def test_librdkafka_transactional_producer_fails_fast_on_the_worker(peers: Peers) -> None:
-    from confluent_kafka import KafkaException, Producer
+def test_librdkafka_transactions_commit_and_abort(peers: Peers) -> None:
+    """librdkafka's transactional producer: a committed and an aborted transaction, read back
+    with ``isolation.level=read_committed``: the same values from both peers."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
-    producer = Producer({"bootstrap.servers": peers.logkeeper, "transactional.id": "rd-txn"})
-    with pytest.raises(KafkaException) as raised:
-        producer.init_transactions(30)
-    error = raised.value.args[0]
-    assert error.fatal() and not error.retriable()
-    assert "transactions are not supported" in error.str()
+    values = {}
+    for name, address in peers.both():
+        producer = Producer({"bootstrap.servers": address, "transactional.id": f"rd-{name}"})
+        producer.init_transactions(60)
+        for tag, commit in (("rc", True), ("ra", False), ("rd", True)):
+            producer.begin_transaction()
+            for i in range(3):
+                producer.produce("txn-rdkafka", f"{tag}-{i}".encode(), partition=0)
+            if commit:
+                producer.commit_transaction(60)
+            else:
+                producer.abort_transaction(60)
+        consumer = Consumer(
+            {
+                "bootstrap.servers": address,
+                "group.id": f"rd-reader-{name}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        _low, high = consumer.get_watermark_offsets(TopicPartition("txn-rdkafka", 0), 30)
+        consumer.assign([TopicPartition("txn-rdkafka", 0, 0)])
+        got: list[str] = []
+        position = 0
+        while position < high:
+            message = consumer.poll(1)
+            if message is None:
+                position = consumer.position([TopicPartition("txn-rdkafka", 0)])[0].offset
+                continue
+            assert message.error() is None, message.error()
+            got.append(message.value().decode())
+            position = message.offset() + 1
+        consumer.close()
+        values[name] = got
+    assert values["logkeeper"] == values["kafka"]
+    assert values["kafka"] == ["rc-0", "rc-1", "rc-2", "rd-0", "rd-1", "rd-2"]
 
 
 def test_kafka_refuses_segments_below_one_mib_the_worker_accepts_them(peers: Peers) -> None:

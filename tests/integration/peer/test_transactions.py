@@ -1,0 +1,133 @@
+"""Transactions of Kafka's Java producer on the broker and on the worker, compared.
+
+The same scenario (``java/TxnClient.java``) runs against both peers, and a read_committed
+consumer reads what it left: committed records exactly once, aborted ones never; a zombie
+producer fenced by a new instance of its transactional id; a transaction left open past its
+``transaction.timeout.ms`` aborted by the coordinator (both peers look for timed-out
+transactions every 10 s, Kafka's default, so that test waits up to ~12 s per peer); offsets
+committed in a transaction; and a producer that dies mid-transaction while its peer is
+stopped cleanly or killed, then restarted, and a new instance of the id resumes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.peer.conftest import Peers, create_on_broker, wait_for_leaders
+from tests.integration.peer.test_restart import BrokerPeer, Peer, WorkerPeer
+from tests.integration.storageworker.test_serve import SETTINGS, declare, topic
+from tests.kafka_support.broker import KafkaBroker
+from tests.kafka_support.java_client import java_client
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka_peer]
+
+
+def txn(scenario: str, address: str, *args: object) -> dict[str, Any]:
+    return java_client(scenario, address, *args, program="TxnClient")
+
+
+def test_commit_and_abort_read_committed(peers: Peers) -> None:
+    answers = {name: txn("commit-abort", address, "txn-commit", "tx-commit")
+               for name, address in peers.both()}  # fmt: skip
+    assert answers["logkeeper"] == answers["kafka"]
+    committed = answers["kafka"]["committed"]
+    assert sorted(committed) == sorted(
+        [f"{i % 2}:c-{i}" for i in range(10)] + [f"{i % 2}:d-{i}" for i in range(5)]
+    )
+    assert answers["kafka"]["uncommitted"] == 25  # the aborted 10 are there, unread
+
+
+def test_a_zombie_is_fenced_by_a_new_instance(peers: Peers) -> None:
+    answers = {name: txn("fence", address, "txn-fence", "tx-fence")
+               for name, address in peers.both()}  # fmt: skip
+    assert answers["logkeeper"] == answers["kafka"]
+    kafka = answers["kafka"]
+    assert sorted(kafka["committed"]) == ["0:fresh-0", "0:fresh-2", "1:fresh-1", "1:fresh-3"]
+    assert kafka["zombieCommit"] != "ok" and kafka["zombieSend"] != "ok"
+
+
+def test_a_hanging_transaction_is_aborted_by_its_timeout(peers: Peers) -> None:
+    """Both abort it and fence the producer; the client is told differently. A Kafka 4
+    cluster runs transaction version 2 (KIP-890 part 2: the client's epoch bumps with every
+    transaction) and its commit after the abort fails with InvalidTxnStateException; the
+    worker serves transaction version 1, where the stale epoch is PRODUCER_FENCED (what a
+    Kafka broker answers such a transaction too: EndTxn after the timeout's fence is 90).
+    The README lists the difference."""
+    answers = {
+        name: txn("timeout", address, "txn-timeout", "tx-timeout", 2000)
+        for name, address in peers.both()
+    }
+    kafka, ours = answers["kafka"], answers["logkeeper"]
+    assert kafka.pop("commit") == "InvalidTxnStateException"
+    assert ours.pop("commit") == "ProducerFencedException"
+    assert ours == kafka
+    assert kafka["lsoReachedEnd"] is True
+    assert kafka["committed"] == [] and kafka["uncommitted"] == 6
+
+
+def test_offsets_sent_to_a_transaction(peers: Peers) -> None:
+    answers = {name: txn("offsets", address, "txn-offsets", "tx-offsets", "txn-group")
+               for name, address in peers.both()}  # fmt: skip
+    assert answers["logkeeper"] == answers["kafka"]
+    assert answers["kafka"] == {"afterCommit": "7/seven", "afterAbort": "7/seven"}
+
+
+RESTART_TOPICS: dict[str, tuple[int, dict[str, str]]] = {
+    "txn-stop": (2, {}),
+    "txn-kill": (2, {}),
+}
+
+
+class BrokerTxnPeer(BrokerPeer):
+    def __init__(self, broker: KafkaBroker, topics: dict[str, tuple[int, dict[str, str]]]) -> None:
+        super().__init__(broker)
+        self.topics = topics
+
+    def start(self) -> None:
+        self.broker.start()
+        wait_for_leaders(self.address, self.topics)
+
+
+def restart_scenario(peer: Peer, name: str, how: str) -> dict[str, Any]:
+    answers: dict[str, Any] = {}
+    answers["before"] = txn("commit-abort", peer.address, name, f"{name}-first")
+    answers["open"] = txn("open", peer.address, name, f"{name}-open")  # halts mid-transaction
+    peer.stop() if how == "stop" else peer.kill()
+    peer.start()
+    answers["resumed"] = txn("resume", peer.address, name, f"{name}-open")
+    return answers
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_producer_dies_mid_transaction_and_its_peer_restarts(
+    restartable_broker: KafkaBroker, tmp_path: Path, how: str
+) -> None:
+    name = f"txn-{how}"
+    wanted = {name: RESTART_TOPICS[name]}
+    create_on_broker(restartable_broker.address, wanted)
+    (tmp_path / "topics").mkdir()
+    (tmp_path / "settings.yaml").write_text(SETTINGS, encoding="utf-8")
+    declare(tmp_path, topic(name, 2, {}))
+    worker = WorkerPeer(tmp_path)
+    worker.start()
+    broker = BrokerTxnPeer(restartable_broker, wanted)
+    try:
+        answers = {
+            "kafka": restart_scenario(broker, name, how),
+            "logkeeper": restart_scenario(worker, name, how),
+        }
+    finally:
+        if worker.served is not None and worker.served.process.poll() is None:
+            worker.stop()
+    assert answers["logkeeper"] == answers["kafka"]
+    resumed = answers["kafka"]["resumed"]
+    before = answers["kafka"]["before"]["committed"]
+    # The open transaction was aborted by the new instance's initTransactions: its 4 records
+    # are in the log (uncommitted reads count them) and never read committed.
+    assert sorted(resumed["committed"]) == sorted(
+        [*before, "0:resumed-0", "1:resumed-1", "0:resumed-2"]
+    )
+    assert resumed["uncommitted"] == 25 + 4 + 3
