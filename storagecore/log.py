@@ -463,6 +463,11 @@ class Log:
             hw = self.high_watermark
             return hw if first_unstable is None else min(first_unstable, hw)
 
+    def open_transactions(self) -> int:
+        """Producers with an undecided transaction in this log."""
+        with self._lock:
+            return self.producer_state.open_transactions()
+
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of ``[start_offset, upper_offset)``
         must filter: each one whose marker is at or after ``start_offset`` and whose data

@@ -231,6 +231,16 @@ class WorkerCollector(Collector):
                 "1 while retention of the log is paused",
                 labels=labels,
             ),
+            "open_txns": GaugeMetricFamily(
+                f"{PREFIX}_log_open_transactions",
+                "Producers with a transaction open on the partition",
+                labels=labels,
+            ),
+            "lso_lag": GaugeMetricFamily(
+                f"{PREFIX}_log_last_stable_offset_lag",
+                "High watermark minus last stable offset (held back by open transactions)",
+                labels=labels,
+            ),
             "retention_due": GaugeMetricFamily(
                 f"{PREFIX}_log_retention_due_bytes",
                 "Bytes of segments that retention would delete now",
@@ -248,6 +258,8 @@ class WorkerCollector(Collector):
             families["segments"].add_metric(values, len(log.segments))
             families["start"].add_metric(values, log.log_start_offset)
             families["end"].add_metric(values, log.log_end_offset)
+            families["open_txns"].add_metric(values, log.open_transactions())
+            families["lso_lag"].add_metric(values, log.high_watermark - log.last_stable_offset)
             controls = worker.controls_for(tp.topic)
             _, paused = cleaner.manager.state(tp)
             families["cleaning_paused"].add_metric(

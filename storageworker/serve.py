@@ -113,7 +113,7 @@ def serve(
             worker.shutdown()
             server.stop()
             return 2
-        server.registry.register(KafkaCollector(listener.counters))
+        server.registry.register(KafkaCollector(listener.counters, lambda: listener.transactions))
         print(f"logkeeper serve: kafka on {kafka.host}:{listener.port}", flush=True)
     print("logkeeper serve: ready", flush=True)
     stop.wait()

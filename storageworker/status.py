@@ -77,6 +77,12 @@ def partition_status(
         entry["lastClean"] = stats.as_dict()
     if log.offline:
         return entry
+    # Transactions: producers with one open here, and how far the last stable offset (what
+    # read_committed consumers see, and the cleaner's bound) lags the high watermark.
+    stable = log.last_stable_offset
+    entry["openTransactions"] = log.open_transactions()
+    entry["lastStableOffset"] = stable
+    entry["lastStableOffsetLag"] = log.high_watermark - stable
     if log.config.compact:
         offsets = cleanable_offsets(log, checkpoints.get(tp), now_ms)
         to_clean = log_to_clean(log, offsets, now_ms)
@@ -199,4 +205,7 @@ def volume_status(worker: Worker) -> dict[str, Any]:
         partition_status(worker, log, cleaner, now, checkpoints)
         for _, log in sorted(manager.logs.items())
     ]
+    # The Kafka port's transaction coordinator, when the worker serves one.
+    report = worker.transactions_status
+    document["transactions"] = report() if report is not None else None
     return document

@@ -103,6 +103,8 @@ class Worker:
         self.volume = self._read_settings_or_raise()
         #: Called with (old, new) after a settings reload (serve: admin token, log format).
         self.settings_listeners: list[Callable[[WorkerSettings, WorkerSettings], None]] = []
+        #: The transaction coordinator's status (set by the Kafka listener when it serves one).
+        self.transactions_status: Callable[[], dict[str, Any]] | None = None
         self.topics: dict[str, TopicSpec] = {}
         self._previous_topics: dict[str, TopicSpec] = {}
         self._reload_topics(initial=True)

@@ -131,6 +131,10 @@ class ProducerStateManager:
     def is_empty(self) -> bool:
         return not self.producers
 
+    def open_transactions(self) -> int:
+        """Producers with a transaction open on this partition."""
+        return sum(1 for e in self.producers.values() if e.current_txn_first_offset is not None)
+
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open transaction (Kafka's ``firstUnstableOffset``),
         None when every transaction is decided."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -13,12 +13,18 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from storageworker.kafka.counters import LATENCY_BUCKETS_S, KafkaCounters
+from storageworker.kafka.transaction_coordinator import TransactionCoordinator
 from storageworker.metrics import PREFIX
 
 
 class KafkaCollector(Collector):
-    def __init__(self, counters: KafkaCounters) -> None:
+    def __init__(
+        self,
+        counters: KafkaCounters,
+        transactions: Callable[[], TransactionCoordinator | None] = lambda: None,
+    ) -> None:
         self.counters = counters
+        self.transactions = transactions
 
     def collect(self) -> Iterator[Metric]:
         counters = self.counters
@@ -92,3 +98,31 @@ class KafkaCollector(Collector):
         )
         open_connections.add_metric([], counters.open_connections)
         yield open_connections
+        coordinator = self.transactions()
+        if coordinator is not None:
+            yield from _transaction_metrics(coordinator)
+
+
+def _transaction_metrics(coordinator: TransactionCoordinator) -> Iterator[Metric]:
+    counts = coordinator.counters
+    for name, help_text, value in (
+        ("committed", "Transactions committed", counts.committed),
+        ("aborted", "Transactions aborted (by their producer, a new instance or timeout)",
+         counts.aborted),
+        ("aborted_by_timeout", "Transactions aborted by transaction.timeout.ms",
+         counts.aborted_by_timeout),
+        ("fenced_producers", "Producers fenced by a new instance of their transactional id",
+         counts.fenced_producers),
+        ("markers", "Transaction markers written", counts.markers_written),
+        ("expired_ids", "Transactional ids expired (transactional.id.expiration.ms)",
+         counts.expired_ids),
+    ):  # fmt: skip
+        counter = CounterMetricFamily(f"{PREFIX}_kafka_transactions_{name}", help_text)
+        counter.add_metric([], value)
+        yield counter
+    states = GaugeMetricFamily(
+        f"{PREFIX}_kafka_transactional_ids", "Transactional ids by state", labels=["state"]
+    )
+    for state, count in sorted(coordinator.status()["states"].items()):
+        states.add_metric([state], count)
+    yield states

@@ -320,6 +320,7 @@ class KafkaServer:
         )
         await asyncio.to_thread(self._load_offsets)
         await self.transactions.complete_pending()
+        self.worker.transactions_status = self.transactions.status
         self._expiry = loop.create_task(self._expire_sessions())
         self._txn_timer = loop.create_task(self._abort_transactions())
         self._ready.set()

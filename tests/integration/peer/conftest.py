@@ -30,7 +30,7 @@ TOPICS: dict[str, tuple[int, dict[str, str]]] = {
     "rebalance": (2, {}),
     "membership": (2, {}),
     "spark-source": (2, {}),
-    **{f"txn-{name}": (2, {}) for name in ("commit", "fence", "timeout", "offsets")},
+    **{f"txn-{name}": (2, {}) for name in ("commit", "fence", "timeout", "offsets", "open")},
     "txn-rdkafka": (1, {}),
     "oversize": (1, {"segment.bytes": str(SEGMENT_BYTES), "max.message.bytes": str(2 << 20)}),
     "configured": (

@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.peer.conftest import Peers, create_on_broker, wait_for_leaders
 from tests.integration.peer.test_restart import BrokerPeer, Peer, WorkerPeer
-from tests.integration.storageworker.test_serve import SETTINGS, declare, topic
+from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
 from tests.kafka_support.broker import KafkaBroker
 from tests.kafka_support.java_client import java_client
 
@@ -49,7 +49,9 @@ def test_a_zombie_is_fenced_by_a_new_instance(peers: Peers) -> None:
     assert kafka["zombieCommit"] != "ok" and kafka["zombieSend"] != "ok"
 
 
-def test_a_hanging_transaction_is_aborted_by_its_timeout(peers: Peers) -> None:
+def test_a_hanging_transaction_is_aborted_by_its_timeout(
+    peers: Peers, logkeeper_worker: Served
+) -> None:
     """Both abort it and fence the producer; the client is told differently. A Kafka 4
     cluster runs transaction version 2 (KIP-890 part 2: the client's epoch bumps with every
     transaction) and its commit after the abort fails with InvalidTxnStateException; the
@@ -66,6 +68,35 @@ def test_a_hanging_transaction_is_aborted_by_its_timeout(peers: Peers) -> None:
     assert ours == kafka
     assert kafka["lsoReachedEnd"] is True
     assert kafka["committed"] == [] and kafka["uncommitted"] == 6
+    metrics = logkeeper_worker.metrics()
+    assert metrics["logkeeper_kafka_transactions_aborted_by_timeout_total"] >= 1
+    assert logkeeper_worker.status()["transactions"]["aborted_by_timeout"] >= 1
+
+
+def test_status_and_metrics_show_open_transactions(peers: Peers, logkeeper_worker: Served) -> None:
+    """A producer dies mid-transaction (timeout 10 min): the worker's status and metrics show
+    the open transaction and how far it holds the last stable offset back, until a new
+    instance of its transactional id aborts it."""
+    answer = txn("open", peers.logkeeper, "txn-open", "tx-open")
+    assert answer == {"sent": 4}
+    entries = {f"{p['topic']}-{p['partition']}": p for p in logkeeper_worker.status()["partitions"]}
+    for index in (0, 1):  # 2 of the 4 records on each partition, the first at offset 0
+        entry = entries[f"txn-open-{index}"]
+        assert entry["openTransactions"] == 1
+        assert (entry["lastStableOffset"], entry["logEndOffset"]) == (0, 2)
+        assert entry["lastStableOffsetLag"] == 2
+    report = logkeeper_worker.status()["transactions"]
+    assert report["open_by_partition"] == {"txn-open-0": 1, "txn-open-1": 1}
+    metrics = logkeeper_worker.metrics()
+    assert metrics["logkeeper_log_open_transactions{partition=0,topic=txn-open}"] == 1
+    assert metrics["logkeeper_log_last_stable_offset_lag{partition=1,topic=txn-open}"] == 2
+    assert metrics["logkeeper_kafka_transactional_ids{state=ONGOING}"] >= 1
+    resumed = txn("resume", peers.logkeeper, "txn-open", "tx-open")
+    assert sorted(resumed["committed"]) == ["0:resumed-0", "0:resumed-2", "1:resumed-1"]
+    entries = {f"{p['topic']}-{p['partition']}": p for p in logkeeper_worker.status()["partitions"]}
+    assert entries["txn-open-0"]["openTransactions"] == 0
+    assert entries["txn-open-0"]["lastStableOffsetLag"] == 0
+    assert logkeeper_worker.status()["transactions"]["open_by_partition"] == {}
 
 
 def test_offsets_sent_to_a_transaction(peers: Peers) -> None:
