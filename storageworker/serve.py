@@ -22,10 +22,11 @@ from storagecore.clock import Clock
 from storagecore.errors import StorageError
 from storageworker import logs
 from storageworker.http import AdminServer, read_token
+from storageworker.kafka.broker import offsets_topic_spec
 from storageworker.kafka.listener_settings import ListenerSettings
 from storageworker.kafka.metrics import KafkaCollector
 from storageworker.kafka.offset_records import OFFSETS_TOPIC
-from storageworker.kafka.server import KafkaServer, offsets_topic_spec
+from storageworker.kafka.server import KafkaServer
 from storageworker.kafka.transaction_state import TRANSACTION_STATE_TOPIC
 from storageworker.settings import WorkerSettings
 from storageworker.worker import Worker

@@ -16,8 +16,9 @@ def test_admin_client_sees_the_same_cluster_topics_and_configs(peers: Peers) -> 
     answers = {name: java_client("admin", address, "configured") for name, address in peers.both()}
     kafka, ours = answers["kafka"], answers["logkeeper"]
     # The broker's internal topics are the ones it has created so far (the session's group
-    # use created __consumer_offsets; the transaction test may have created
-    # __transaction_state, which the worker does not have: see the README's differences).
+    # use created __consumer_offsets; the first transaction creates __transaction_state); the
+    # worker holds both from its start (see the README's differences).
+    assert ours["topics"].pop("__transaction_state") is True
     kafka["topics"].pop("__transaction_state", None)
     assert kafka["topics"]["__consumer_offsets"] is True
     # Formatting a KRaft cluster with eligible leader replicas (Kafka 4's default) stores a
