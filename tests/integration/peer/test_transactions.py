@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from storagecore.records.batch import iter_complete_batches
+from storageworker.kafka.transaction_state import TRANSACTION_STATE_TOPIC, TxnState, parse_record
 from tests.integration.peer.conftest import Peers, create_on_broker, wait_for_leaders
 from tests.integration.peer.test_restart import BrokerPeer, Peer, WorkerPeer
 from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
@@ -112,6 +114,23 @@ RESTART_TOPICS: dict[str, tuple[int, dict[str, str]]] = {
 }
 
 
+def transaction_states(root: Path) -> dict[str, TxnState]:
+    """The last state of each transactional id in the ``__transaction_state-*`` directories
+    under ``root``, every record parsed (a record that is not Kafka's fails the test)."""
+    states: dict[str, TxnState] = {}
+    for directory in sorted(root.glob(f"{TRANSACTION_STATE_TOPIC}-*")):
+        for segment in sorted(directory.glob("*.log")):
+            for _position, batch in iter_complete_batches(segment.read_bytes()):
+                for record in batch.records():
+                    assert record.key is not None
+                    txn_id, meta = parse_record(record.key, record.value, str(segment))
+                    if meta is None:
+                        states.pop(txn_id, None)
+                    else:
+                        states[txn_id] = meta.state
+    return states
+
+
 class BrokerTxnPeer(BrokerPeer):
     def __init__(self, broker: KafkaBroker, topics: dict[str, tuple[int, dict[str, str]]]) -> None:
         super().__init__(broker)
@@ -154,6 +173,15 @@ def test_a_producer_dies_mid_transaction_and_its_peer_restarts(
         if worker.served is not None and worker.served.process.poll() is None:
             worker.stop()
     assert answers["logkeeper"] == answers["kafka"]
+    # Both peers' __transaction_state, read with the worker's record parser: the broker's
+    # records are Kafka's own (value v1 under transaction version 2), the worker's v0.
+    for where, root in (
+        ("kafka", restartable_broker.log_dir),
+        ("logkeeper", tmp_path / "data"),
+    ):
+        states = transaction_states(root)
+        assert states[f"{name}-first"] == TxnState.COMPLETE_COMMIT, where
+        assert states[f"{name}-open"] == TxnState.COMPLETE_COMMIT, where
     resumed = answers["kafka"]["resumed"]
     before = answers["kafka"]["before"]["committed"]
     # The open transaction was aborted by the new instance's initTransactions: its 4 records

@@ -346,3 +346,18 @@ def test_the_record_is_kafkas_transaction_log_value_v0() -> None:
     assert value == expected
     assert parse_record(key, value, "test") == ("tx", meta)
     assert parse_record(key, None, "test") == ("tx", None)
+
+
+def test_an_idle_transactional_id_expires_with_a_tombstone(parts: Partitions) -> None:
+    c = parts.coordinator()
+    c.id_expiration_ms = 1_000
+    init(c, "k")
+    got = init(c, "busy")
+    add(c, "busy", got["producer_id"], got["producer_epoch"], 0)  # ongoing: never expires
+    parts.now_ms += 1_001
+    c.transactions["busy"].timeout_ms = 10**9  # and not timed out either
+    run(c.abort_expired())
+    assert "k" not in c.transactions and "busy" in c.transactions
+    assert c.counters.expired_ids == 1
+    assert "k" not in parts.restarted().transactions, "the tombstone is read back"
+    assert init(c, "k")["producer_epoch"] == 0, "a new life of the id"
