@@ -294,9 +294,9 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
                 )
             ):
                 answer["error_code"] = code
-                answer["error_message"] = (
-                    f"{name}-{index} is not in an ongoing transaction of this producer"
-                )
+                answer["error_message"] = _UNVERIFIED.get(
+                    code, "refused by the transaction coordinator"
+                ).format(tp=f"{name}-{index}", txn=data["transactional_id"])
             else:
                 try:
                     done = broker.append(TopicPartition(name, index), records)
@@ -312,6 +312,16 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
     if acks == 0:
         return None, appended
     return {"responses": responses}, appended
+
+
+#: Why a transactional batch is refused (KIP-890 part 1), by error code.
+_UNVERIFIED: Final[dict[int, str]] = {
+    ErrorCode.INVALID_TXN_STATE: (
+        "{tp} is not in an ongoing transaction of {txn!r} (AddPartitionsToTxn first)"
+    ),
+    ErrorCode.INVALID_PRODUCER_EPOCH: "the producer epoch is older than {txn!r}'s current one",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "the producer id is not {txn!r}'s",
+}
 
 
 # -- Fetch -----------------------------------------------------------------------------------
