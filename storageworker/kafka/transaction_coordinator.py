@@ -518,9 +518,10 @@ class TransactionCoordinator:
 
     # -- status ------------------------------------------------------------------------------
     def open_transactions(self) -> dict[TopicPartition, int]:
-        """Partition → transactions open on it (Ongoing or being completed)."""
+        """Partition → transactions open on it (Ongoing or being completed). Called from the
+        HTTP thread too: it reads a copy of the entries (entries are replaced, not changed)."""
         out: dict[TopicPartition, int] = {}
-        for meta in self.transactions.values():
+        for meta in list(self.transactions.values()):
             if meta.state is TxnState.ONGOING or meta.state.is_preparing:
                 for tp in meta.partitions:
                     out[tp] = out.get(tp, 0) + 1
@@ -528,7 +529,7 @@ class TransactionCoordinator:
 
     def status(self) -> dict[str, Any]:
         states: dict[str, int] = {}
-        for meta in self.transactions.values():
+        for meta in list(self.transactions.values()):
             states[meta.state.name] = states.get(meta.state.name, 0) + 1
         return {
             "transactional_ids": len(self.transactions),
