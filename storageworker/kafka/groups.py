@@ -64,6 +64,7 @@ REBALANCE_IN_PROGRESS: Final = 27
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
 INVALID_GROUP_ID: Final = 24
 GROUP_ID_NOT_FOUND: Final = 69
+UNSTABLE_OFFSET_COMMIT: Final = 88
 MEMBER_ID_REQUIRED: Final = 79
 GROUP_MAX_SIZE_REACHED: Final = 81
 FENCED_INSTANCE_ID: Final = 82
@@ -214,6 +215,11 @@ class GroupCoordinator:
             for topic, partition in sorted(group_offsets):
                 by_topic.setdefault(topic, []).append(partition)
             wanted = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
+        # KIP-447: a read_committed consumer asks for stable offsets; one a transaction has
+        # committed but not yet decided is UNSTABLE_OFFSET_COMMIT (the client retries).
+        pending = (
+            self.txn_offsets.pending_keys(data["group_id"]) if data.get("require_stable") else ()
+        )
         topics = []
         for topic in wanted:
             parts = []
@@ -225,7 +231,9 @@ class GroupCoordinator:
                         "committed_offset": found.offset if found else -1,
                         "committed_leader_epoch": found.leader_epoch if found else -1,
                         "metadata": found.metadata if found else "",
-                        "error_code": NONE,
+                        "error_code": UNSTABLE_OFFSET_COMMIT
+                        if (topic["name"], index) in pending
+                        else NONE,
                     }
                 )
             topics.append({"name": topic["name"], "partitions": parts})

@@ -43,6 +43,10 @@ class PendingTxnOffsets:
                 store.setdefault(group, {}).update(offsets)
         return count
 
+    def pending_keys(self, group: str) -> set[tuple[str, int]]:
+        """The (topic, partition) of ``group`` an undecided transaction has committed."""
+        return {key for offsets in self.by_producer.values() for key in offsets.get(group, {})}
+
     def pending_groups(self) -> dict[str, int]:
         """Group → offsets awaiting a marker (for the status page)."""
         out: dict[str, int] = {}

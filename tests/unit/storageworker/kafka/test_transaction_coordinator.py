@@ -276,7 +276,17 @@ def test_offsets_of_a_transaction_apply_at_commit_only(parts: Partitions) -> Non
     answer = run(c.txn_offset_commit(commit, 3))
     assert answer["topics"][0]["partitions"][0]["error_code"] == 0
     assert "grp" not in c.groups.offsets, "pending until the marker"
+
+    def offset_fetch(stable: bool) -> dict[str, Any]:
+        answer = c.groups.fetch_offsets({"group_id": "grp", "require_stable": stable,
+            "topics": [{"name": TOPIC, "partition_indexes": [0]}]})  # fmt: skip
+        part: dict[str, Any] = answer["topics"][0]["partitions"][0]
+        return part
+
+    assert offset_fetch(True)["error_code"] == 88  # UNSTABLE_OFFSET_COMMIT (KIP-447)
+    assert (offset_fetch(False)["error_code"], offset_fetch(False)["committed_offset"]) == (0, -1)
     assert end(c, "g", pid, epoch, True) == 0
+    assert (offset_fetch(True)["error_code"], offset_fetch(True)["committed_offset"]) == (0, 42)
     assert c.groups.offsets["grp"][(TOPIC, 0)].offset == 42
     # a restart reads __consumer_offsets: the committed transaction's offsets come back
     reloaded = parts.restarted()
