@@ -15,9 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from kafka.record.legacy_records import (  # type: ignore[import-untyped]
-    LegacyRecordBatch as KpLegacyBatch,
-)
+from kafka.record.legacy_records import LegacyRecordBatch as KpLegacyBatch
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 _OFFSET_AND_SIZE = struct.Struct(">qi")

@@ -29,6 +29,7 @@ from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import FileRecords
+from storagecore.records.legacy import LegacyRecordBatch
 
 #: Bytes read at a time: the unit of a region call, and of throttling and abort checks.
 REGION_BYTES: Final = 1 << 20
@@ -111,12 +112,16 @@ class SegmentWalk:
         size = length + layout.LOG_OVERHEAD
         if size > left:
             raise self._incomplete()
-        if size < layout.RECORD_BATCH_OVERHEAD:
+        view = self._view(size)
+        if view[layout.MAGIC_OFFSET] < layout.CURRENT_MAGIC:
+            batch: RecordBatch = LegacyRecordBatch(view)  # a v0/v1 message or wrapper
+        elif size < layout.RECORD_BATCH_OVERHEAD:
             raise CorruptRecordError(
                 f"{self.tp}: {self.file.path}: batch at position {position} is {size} bytes, "
                 f"smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
             )
-        batch = RecordBatch(self._view(size))
+        else:
+            batch = RecordBatch(view)
         try:
             batch.validate()
         except CorruptRecordError as exc:

@@ -49,9 +49,7 @@ class BatchHeader(NamedTuple):
 _LEGACY_MAGICS: Final = frozenset((legacy.MAGIC_V0, legacy.MAGIC_V1))
 
 
-def _legacy_header(
-    chunk: bytes, rel: int, position: int, offset: int, size: int
-) -> BatchHeader:
+def _legacy_header(chunk: bytes, rel: int, position: int, offset: int, size: int) -> BatchHeader:
     """A v0/v1 entry's header: its offset is its last (a wrapper's last inner message's), its
     timestamp (v1) the max; the first inner offset would need the payload decompressed, so
     the header walk reports the last offset as the base too (Kafka's shallow walks do the

@@ -100,10 +100,10 @@ class LegacyMessage(NamedTuple):
 
 def parse_entry(buffer: Buffer, position: int, end: int, where: str) -> LegacyMessage:
     """The entry at ``position`` (framing and CRC checked, ``end`` bounding it)."""
-    if end - position < layout.LOG_OVERHEAD + RECORD_OVERHEAD_V0:
+    if end - position < ENTRY_HEADER.size:
         raise CorruptRecordError(
-            f"{where}: {end - position} bytes left, less than a {RECORD_OVERHEAD_V0}-byte "
-            "message and its 12-byte offset and size"
+            f"{where}: {end - position} bytes left, less than a message's "
+            f"{ENTRY_HEADER.size}-byte header"
         )
     offset, size, crc, magic, attributes = ENTRY_HEADER.unpack_from(buffer, position)
     entry_end = position + layout.LOG_OVERHEAD + size
@@ -334,9 +334,7 @@ def decode_entry(buffer: Buffer, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTE
     where = f"message at offset {outer.offset}"
     codec = codec_of(outer.attributes, where)
     if codec is Compression.NONE:
-        return [
-            Record(outer.offset, outer.timestamp, outer.key, outer.value, (), outer.size_bytes)
-        ]
+        return [Record(outer.offset, outer.timestamp, outer.key, outer.value, (), outer.size_bytes)]
     inner_set = _decompress_inner(outer, max_output_bytes)
     inner: list[LegacyMessage] = []
     pos = 0
@@ -382,6 +380,7 @@ def encode_message(
     magic: int,
     attributes: int,
     timestamp: int,
+    *,
     key: bytes | None,
     value: bytes | None,
 ) -> bytes:
@@ -397,9 +396,7 @@ def encode_message(
             body += _LENGTH.pack(len(field))
             body += field
     crc = zlib.crc32(body)
-    return (
-        struct.pack(">qiI", offset, len(body) + struct.calcsize(">I"), crc) + bytes(body)
-    )
+    return struct.pack(">qiI", offset, len(body) + struct.calcsize(">I"), crc) + bytes(body)
 
 
 class LegacyRecordToWrite(NamedTuple):
@@ -435,7 +432,8 @@ def build_legacy_entry(
 
     if codec is Compression.NONE:
         return b"".join(
-            encode_message(r.offset, magic, type_bit, stamp(r), r.key, r.value) for r in records
+            encode_message(r.offset, magic, type_bit, stamp(r), key=r.key, value=r.value)
+            for r in records
         )
     base = records[0].offset
     inner = b"".join(
@@ -444,8 +442,8 @@ def build_legacy_entry(
             magic,
             type_bit,
             stamp(r),
-            r.key,
-            r.value,
+            key=r.key,
+            value=r.value,
         )
         for r in records
     )
@@ -457,7 +455,9 @@ def build_legacy_entry(
         if magic == MAGIC_V0
         else (log_append_time if type_bit else max(r.timestamp for r in records))
     )
-    return encode_message(records[-1].offset, magic, type_bit | codec.value, wrapper_ts, None, value)
+    return encode_message(
+        records[-1].offset, magic, type_bit | codec.value, wrapper_ts, key=None, value=value
+    )
 
 
 # -- lz4 frame header checksum (KAFKA-3160) ----------------------------------------------------

@@ -1,0 +1,96 @@
+"""The cleaner's rules for legacy (magic v0/v1) entries: Kafka's ``cleanInto`` on old data.
+
+Called by :class:`storagecore.cleaner.cleaner.Cleaner` for every v0/v1 entry of a group (the
+native region passes hand them over: they take magic 2 only). What differs from v2:
+
+* a tombstone (null value) that is the latest for its key is kept while its *segment* is newer
+  than the legacy delete horizon (``lastModified`` of the last clean segment minus
+  ``delete.retention.ms``), not by a per-batch horizon (legacy entries have none);
+* keyless messages are dropped and counted invalid, as in v2;
+* an entry whose messages are all kept is copied verbatim; a wrapper whose inner messages are
+  partly kept is rewritten in the same magic, codec (default level) and timestamp type, its
+  offset the last kept message's, inner offsets absolute (v0) or relative to the first kept
+  one (v1), a LogAppendTime wrapper keeping its time (Kafka's ``buildRetainedRecordsInto``);
+* an entry with nothing kept is dropped, except the round's last (``nextOffset`` equal to the
+  round's upper bound), which Kafka keeps as an *empty* v2 header and cannot for v0/v1: its
+  ``filterTo`` throws IllegalStateException there and the partition becomes uncleanable. Here
+  the entry is kept as it was, so the log keeps its last offset and nothing is lost.
+
+It must not decide anything for v2 batches and must not write files (the caller's output does).
+"""
+
+from __future__ import annotations
+
+from storagecore.cleaner.offset_map import SkimpyOffsetMap
+from storagecore.cleaner.stats import CleanerStats
+from storagecore.log import Log
+from storagecore.records.batch import Record, TimestampType
+from storagecore.records.layout import NO_TIMESTAMP
+from storagecore.records.legacy import LegacyRecordBatch, LegacyRecordToWrite, build_legacy_entry
+
+
+def legacy_delete_horizon_ms(log: Log, first_dirty_offset: int) -> int:
+    """Kafka's ``legacyDeleteHorizonMs``: the mtime of the last segment below the first dirty
+    offset minus ``delete.retention.ms``; 0 when nothing is clean yet."""
+    clean = [s for s in log.segments if s.base_offset < first_dirty_offset]
+    return clean[-1].log.mtime_ms() - log.config.delete_retention_ms if clean else 0
+
+
+def map_legacy_keys(
+    batch: LegacyRecordBatch, offset_map: SkimpyOffsetMap, start: int, stats: CleanerStats
+) -> bool:
+    """Put the keys of ``batch``'s messages at or after ``start``; True when the map filled."""
+    capacity = offset_map.capacity
+    for record in batch.records():
+        if record.key is not None and record.offset >= start:
+            if offset_map.size >= capacity:
+                stats.map_full = True
+                return True
+            offset_map.put_digest(offset_map.digest(record.key), record.offset)
+        stats.map_messages_read += 1
+    return False
+
+
+def retain_legacy_record(
+    record: Record, offset_map: SkimpyOffsetMap, retain_deletes: bool, stats: CleanerStats
+) -> bool:
+    """Kafka's ``shouldRetainRecord`` for a v0/v1 message."""
+    if record.offset > offset_map.latest_offset:
+        return True  # not mapped in this round
+    if record.key is None:
+        stats.invalid_messages += 1
+        return False
+    if record.offset < offset_map.get_digest(offset_map.digest(record.key)):
+        return False  # a later record has this key
+    return record.value is not None or retain_deletes
+
+
+def filter_legacy_batch(
+    batch: LegacyRecordBatch,
+    offset_map: SkimpyOffsetMap,
+    retain_deletes: bool,
+    upper_bound: int,
+    stats: CleanerStats,
+) -> tuple[bytes | memoryview, int, int] | None:
+    """(bytes to write, their last offset, their max timestamp), or None to drop the entry."""
+    records = batch.records()
+    stats.messages_read += len(records)
+    kept = [r for r in records if retain_legacy_record(r, offset_map, retain_deletes, stats)]
+    if len(kept) == len(records) or (not kept and batch.next_offset == upper_bound):
+        stats.messages_written += len(records)
+        stats.batches_copied_verbatim += 1
+        return bytes(batch.buffer), batch.last_offset, batch.max_timestamp
+    if not kept:
+        return None
+    log_append = batch.timestamp_type is TimestampType.LOG_APPEND_TIME
+    rebuilt = build_legacy_entry(
+        batch.magic,
+        batch.compression,
+        batch.timestamp_type,
+        [LegacyRecordToWrite(r.offset, r.timestamp, r.key, r.value) for r in kept],
+        log_append_time=batch.max_timestamp if log_append else NO_TIMESTAMP,
+    )
+    stats.messages_written += len(kept)
+    stats.batches_rebuilt += 1
+    max_timestamp = batch.max_timestamp if log_append else max(r.timestamp for r in kept)
+    return rebuilt, kept[-1].offset, max_timestamp
