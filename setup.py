@@ -32,6 +32,7 @@ setup(
                 "storagecore/records/_native.c",
                 "storagecore/records/_columns.c",
                 "storagecore/records/_headers.c",
+                "storagecore/records/_legacy.c",
             ],
             depends=["storagecore/records/_layout.h", "storagecore/records/_walker.h"],
             extra_compile_args=["-O2", "-Wall", "-Werror"],

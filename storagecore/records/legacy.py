@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from storagecore.errors import CorruptRecordError
+from storagecore.native import load_extension
 from storagecore.records import layout
 from storagecore.records.batch import Buffer, ControlType, Record, RecordBatch, TimestampType
 from storagecore.records.codecs import DEFAULT_MAX_OUTPUT_BYTES, Compression, compress, decompress
@@ -328,6 +329,69 @@ def _decompress_inner(wrapper: LegacyMessage, max_output_bytes: int) -> bytes:
         raise CorruptRecordError(f"{where}: {exc}") from exc
 
 
+def decode_message_set(
+    data: Buffer,
+    wrapper_magic: int,
+    wrapper_offset: int,
+    log_append: bool,
+    log_append_time: int,
+) -> list[tuple[int, int, bytes | None, bytes | None]] | str:
+    """The (offset, timestamp, key, value) of every message of ``data``, or what is wrong.
+
+    The reference of the native ``decode_legacy_set`` (storagecore/records/_legacy.c), same
+    answer and same problem text on every input. Every entry is checked as
+    :func:`parse_entry` does and none may be compressed. ``wrapper_magic`` is -1 for entries
+    as stored in a file, else the magic of the wrapper ``data`` was decompressed from: then
+    the set must not be empty, a v1 wrapper's non-zero ``wrapper_offset`` makes inner offsets
+    relative (at least the last inner one), and a v1 message in a LogAppendTime wrapper
+    (``log_append``) takes ``log_append_time``.
+    """
+    messages: list[LegacyMessage] = []
+    pos = 0
+    try:
+        while pos < len(data):
+            where = f"message {len(messages)} at byte {pos}"
+            message = parse_entry(data, pos, len(data), where)
+            if message.attributes & layout.COMPRESSION_CODEC_MASK:
+                what = (
+                    "inner messages must not be compressed"
+                    if wrapper_magic >= 0
+                    else "a compressed wrapper, not a plain message"
+                )
+                return f"{where}: {what}"
+            messages.append(message)
+            pos += message.size_bytes
+    except CorruptRecordError as exc:
+        return str(exc)
+    if wrapper_magic >= 0 and not messages:
+        return "compressed message set with no inner messages"
+    base = 0
+    relative = wrapper_magic == MAGIC_V1 and wrapper_offset != 0
+    if relative:
+        last_inner = messages[-1].offset
+        if wrapper_offset < last_inner:
+            return (
+                f"wrapper offset {wrapper_offset} is less than the last inner message offset "
+                f"{last_inner} and it is not zero"
+            )
+        base = wrapper_offset - last_inner
+    return [
+        (
+            base + m.offset if relative else m.offset,
+            log_append_time if (m.magic == MAGIC_V1 and log_append) else m.timestamp,
+            m.key,
+            m.value,
+        )
+        for m in messages
+    ]
+
+
+_NATIVE = load_extension("storagecore.records._native")
+_decode_set: Final = decode_message_set if _NATIVE is None else _NATIVE.decode_legacy_set
+#: "c" or "python": which implementation decodes message sets here (tests assert it).
+IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
+
+
 def decode_entry(buffer: Buffer, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> list[Record]:
     """The records of one shallow entry, offsets absolute and timestamps resolved."""
     outer = parse_entry(buffer, 0, len(buffer), "message at offset ?")
@@ -336,42 +400,11 @@ def decode_entry(buffer: Buffer, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTE
     if codec is Compression.NONE:
         return [Record(outer.offset, outer.timestamp, outer.key, outer.value, (), outer.size_bytes)]
     inner_set = _decompress_inner(outer, max_output_bytes)
-    inner: list[LegacyMessage] = []
-    pos = 0
-    while pos < len(inner_set):
-        message = parse_entry(
-            inner_set, pos, len(inner_set), f"{where}, inner message {len(inner)}"
-        )
-        if message.attributes & layout.COMPRESSION_CODEC_MASK:
-            raise CorruptRecordError(f"{where}: inner messages must not be compressed")
-        inner.append(message)
-        pos += message.size_bytes
-    if not inner:
-        raise CorruptRecordError(f"{where}: compressed message set with no inner messages")
-    base = 0
-    if outer.magic == MAGIC_V1 and outer.offset != 0:
-        last_inner = inner[-1].offset
-        if outer.offset < last_inner:
-            raise CorruptRecordError(
-                f"{where}: wrapper offset {outer.offset} is less than the last inner "
-                f"message offset {last_inner} and it is not zero"
-            )
-        base = outer.offset - last_inner
-    log_append = (
-        outer.timestamp
-        if outer.magic == MAGIC_V1 and outer.attributes & layout.TIMESTAMP_TYPE_MASK
-        else None
-    )
-    records: list[Record] = []
-    for message in inner:
-        offset = base + message.offset if outer.magic == MAGIC_V1 else message.offset
-        timestamp = message.timestamp
-        if message.magic == MAGIC_V1 and log_append is not None:
-            timestamp = log_append
-        records.append(
-            Record(offset, timestamp, message.key, message.value, (), message.size_bytes)
-        )
-    return records
+    log_append = outer.magic == MAGIC_V1 and bool(outer.attributes & layout.TIMESTAMP_TYPE_MASK)
+    decoded = _decode_set(inner_set, outer.magic, outer.offset, log_append, outer.timestamp)
+    if isinstance(decoded, str):
+        raise CorruptRecordError(f"{where}: {decoded}")
+    return [Record(offset, ts, key, value) for offset, ts, key, value in decoded]
 
 
 # -- writing ---------------------------------------------------------------------------------
