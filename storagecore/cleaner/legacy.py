@@ -25,6 +25,7 @@ from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.cleaner.stats import CleanerStats
 from storagecore.log import Log
 from storagecore.records.batch import Record, TimestampType
+from storagecore.records.codecs import Compression
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.records.legacy import LegacyRecordBatch, LegacyRecordToWrite, build_legacy_entry
 
@@ -39,7 +40,13 @@ def legacy_delete_horizon_ms(log: Log, first_dirty_offset: int) -> int:
 def map_legacy_keys(
     batch: LegacyRecordBatch, offset_map: SkimpyOffsetMap, start: int, stats: CleanerStats
 ) -> bool:
-    """Put the keys of ``batch``'s messages at or after ``start``; True when the map filled."""
+    """Put the keys of ``batch``'s messages at or after ``start``; True when the map filled.
+    Natively when the map runs the C engine (one call per entry), else the reference below."""
+    if offset_map.native and (mapped := offset_map.put_legacy_keys(*_message_set(batch), start)):
+        walked, full = mapped
+        stats.map_messages_read += walked
+        stats.map_full = stats.map_full or full
+        return full
     capacity = offset_map.capacity
     for record in batch.records():
         if record.key is not None and record.offset >= start:
@@ -75,7 +82,17 @@ def filter_legacy_batch(
     """(bytes to write, their last offset, their max timestamp), or None to drop the entry."""
     records = batch.records()
     stats.messages_read += len(records)
-    kept = [r for r in records if retain_legacy_record(r, offset_map, retain_deletes, stats)]
+    decided = (
+        offset_map.filter_legacy_records(*_message_set(batch), retain_deletes)
+        if offset_map.native
+        else None
+    )
+    if decided is not None:
+        flags, invalid = decided
+        stats.invalid_messages += invalid
+        kept = [r for r, keep in zip(records, flags, strict=True) if keep]
+    else:
+        kept = [r for r in records if retain_legacy_record(r, offset_map, retain_deletes, stats)]
     if len(kept) == len(records) or (not kept and batch.next_offset == upper_bound):
         stats.messages_written += len(records)
         stats.batches_copied_verbatim += 1
@@ -94,3 +111,11 @@ def filter_legacy_batch(
     stats.batches_rebuilt += 1
     max_timestamp = batch.max_timestamp if log_append else max(r.timestamp for r in kept)
     return rebuilt, kept[-1].offset, max_timestamp
+
+
+def _message_set(batch: LegacyRecordBatch) -> tuple[bytes | memoryview, int, int]:
+    """What the native passes take: the entry itself as a plain set, or a wrapper's inner
+    messages (decompressed here, the one crossing into Python per wrapper)."""
+    if batch.compression is Compression.NONE:
+        return memoryview(batch.buffer), -1, 0
+    return batch.payload(), batch.magic, batch.last_offset

@@ -21,128 +21,7 @@
 #include <Python.h>
 #include <stdint.h>
 
-#include "_layout.h"
-
-/* legacy.py's layout (test_legacy_native.py checks the copies agree via the module constants
- * added by storagecore_legacy_constants). */
-#define LEGACY_CRC_POSITION LOG_OVERHEAD   /* after offset and size */
-#define LEGACY_MAGIC_POSITION MAGIC_OFFSET /* where v2 readers dispatch on it too */
-#define LEGACY_HEADER_BYTES (LEGACY_MAGIC_POSITION + 2) /* offset, size, crc, magic, attributes */
-#define LEGACY_OVERHEAD_V0 14 /* crc, magic, attributes, key and value lengths */
-#define LEGACY_OVERHEAD_V1 22 /* and the timestamp */
-
-static uint32_t crc_table[256];
-
-static void crc32_init(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[n] = c;
-    }
-}
-
-static uint32_t crc32_of(const uint8_t *data, Py_ssize_t len) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (Py_ssize_t i = 0; i < len; i++) c = crc_table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
-typedef struct {
-    int64_t offset, timestamp;
-    Py_ssize_t key, value; /* positions in data */
-    int32_t key_length, value_length;
-    int magic;
-} legacy_msg_t;
-
-/* One field: its length at pos, then the bytes. 0, or -1 with the problem written. */
-static int field(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, const char *where,
-                 const char *name, Py_ssize_t *at, int32_t *length, char *problem, size_t room) {
-    if (end - *pos < 4) {
-        snprintf(problem, room, "%s: %s length runs past the message", where, name);
-        return -1;
-    }
-    int32_t n = get32(b + *pos);
-    *pos += 4;
-    *at = *pos;
-    *length = n;
-    if (n < 0) return 0;
-    if (n > end - *pos) {
-        snprintf(problem, room, "%s: %s of %d bytes runs past the message", where, name, n);
-        return -1;
-    }
-    *pos += n;
-    return 0;
-}
-
-/* Walks data; fills msgs (room for count_max) and returns the count, or -1 with problem. */
-static Py_ssize_t walk(const uint8_t *b, Py_ssize_t len, int wrapper_magic, legacy_msg_t *msgs,
-                       Py_ssize_t count_max, char *problem, size_t room) {
-    Py_ssize_t pos = 0, count = 0;
-    char where[96];
-    while (pos < len) {
-        snprintf(where, sizeof where, "message %zd at byte %zd", count, pos);
-        if (len - pos < LEGACY_HEADER_BYTES) {
-            snprintf(problem, room, "%s: %zd bytes left, less than a message's %d-byte header",
-                     where, len - pos, LEGACY_HEADER_BYTES);
-            return -1;
-        }
-        int64_t offset = get64(b + pos);
-        int32_t size = get32(b + pos + 8);
-        uint32_t crc = (uint32_t)get32(b + pos + LEGACY_CRC_POSITION);
-        int magic = (int8_t)b[pos + LEGACY_MAGIC_POSITION];
-        int attributes = (int8_t)b[pos + LEGACY_MAGIC_POSITION + 1];
-        if (magic != 0 && magic != 1) {
-            snprintf(problem, room, "%s: magic %d in a legacy message set", where, magic);
-            return -1;
-        }
-        int minimum = magic == 0 ? LEGACY_OVERHEAD_V0 : LEGACY_OVERHEAD_V1;
-        if (size < minimum) {
-            snprintf(problem, room, "%s: message of %d bytes is below the v%d minimum of %d bytes",
-                     where, size, magic, minimum);
-            return -1;
-        }
-        Py_ssize_t entry_end = pos + LOG_OVERHEAD + (Py_ssize_t)size;
-        if (entry_end > len) {
-            snprintf(problem, room, "%s: message of %d bytes runs past its message set", where,
-                     size);
-            return -1;
-        }
-        uint32_t computed = crc32_of(b + pos + LEGACY_MAGIC_POSITION,
-                                     entry_end - pos - LEGACY_MAGIC_POSITION);
-        if (computed != crc) {
-            snprintf(problem, room, "%s: CRC-32 mismatch (stored 0x%08x, computed 0x%08x)", where,
-                     crc, computed);
-            return -1;
-        }
-        legacy_msg_t m;
-        m.magic = magic;
-        m.offset = offset;
-        Py_ssize_t p = pos + LEGACY_HEADER_BYTES;
-        m.timestamp = -1;
-        if (magic == 1) {
-            m.timestamp = get64(b + p);
-            p += 8;
-        }
-        if (field(b, &p, entry_end, where, "key", &m.key, &m.key_length, problem, room) < 0 ||
-            field(b, &p, entry_end, where, "value", &m.value, &m.value_length, problem, room) < 0)
-            return -1;
-        if (p != entry_end) {
-            snprintf(problem, room, "%s: message declares %d bytes, its fields take %zd", where,
-                     size, p - pos - LOG_OVERHEAD);
-            return -1;
-        }
-        if (attributes & CODEC_MASK) {
-            snprintf(problem, room, "%s: %s", where,
-                     wrapper_magic >= 0 ? "inner messages must not be compressed"
-                                        : "a compressed wrapper, not a plain message");
-            return -1;
-        }
-        if (count < count_max) msgs[count] = m;
-        count++;
-        pos = entry_end;
-    }
-    return count;
-}
+#include "_legacy.h"
 
 PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args) {
     Py_buffer data;
@@ -154,43 +33,17 @@ PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args) {
     const uint8_t *b = (const uint8_t *)data.buf;
     char problem[256];
     PyObject *result = NULL;
-    legacy_msg_t *msgs = NULL;
-    Py_ssize_t count = walk(b, data.len, wrapper_magic, NULL, 0, problem, sizeof problem);
-    if (count < 0) {
-        result = PyUnicode_FromString(problem);
-        goto done;
-    }
-    if (wrapper_magic >= 0 && count == 0) {
-        result = PyUnicode_FromString("compressed message set with no inner messages");
-        goto done;
-    }
-    msgs = PyMem_Malloc(sizeof(legacy_msg_t) * (size_t)(count ? count : 1));
+    Py_ssize_t count = 0;
+    legacy_msg_t *msgs = legacy_resolve(b, data.len, wrapper_magic, wrapper_offset, log_append,
+                                        log_append_time, &count, problem, sizeof problem);
     if (msgs == NULL) {
-        PyErr_NoMemory();
+        result = problem[0] ? PyUnicode_FromString(problem) : PyErr_NoMemory();
         goto done;
-    }
-    walk(b, data.len, wrapper_magic, msgs, count, problem, sizeof problem);
-    int64_t base = 0;
-    int relative = wrapper_magic == 1 && wrapper_offset != 0;
-    if (relative) {
-        int64_t last_inner = msgs[count - 1].offset;
-        if (wrapper_offset < last_inner) {
-            snprintf(problem, sizeof problem,
-                     "wrapper offset %lld is less than the last inner message offset %lld and "
-                     "it is not zero",
-                     wrapper_offset, (long long)last_inner);
-            result = PyUnicode_FromString(problem);
-            goto done;
-        }
-        base = wrapper_offset - last_inner;
     }
     result = PyList_New(count);
     if (result == NULL) goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
         const legacy_msg_t *m = &msgs[i];
-        int64_t offset = relative ? base + m->offset : m->offset;
-        int64_t timestamp = m->timestamp;
-        if (m->magic == 1 && log_append) timestamp = log_append_time;
         PyObject *key = m->key_length < 0
                             ? Py_NewRef(Py_None)
                             : PyBytes_FromStringAndSize((const char *)b + m->key, m->key_length);
@@ -198,8 +51,8 @@ PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args) {
             m->value_length < 0
                 ? Py_NewRef(Py_None)
                 : PyBytes_FromStringAndSize((const char *)b + m->value, m->value_length);
-        PyObject *item = (key && value) ? Py_BuildValue("LLNN", (long long)offset,
-                                                        (long long)timestamp, key, value)
+        PyObject *item = (key && value) ? Py_BuildValue("LLNN", (long long)m->offset,
+                                                        (long long)m->timestamp, key, value)
                                         : NULL;
         if (item == NULL) {
             Py_XDECREF(key);
@@ -210,12 +63,12 @@ PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(result, i, item);
     }
 done:
-    PyMem_Free(msgs);
+    PyMem_RawFree(msgs);
     PyBuffer_Release(&data);
     return result;
 }
 
-void storagecore_legacy_init(void) { crc32_init(); }
+void storagecore_legacy_init(void) { legacy_crc32_init(); }
 
 int storagecore_legacy_constants(PyObject *m) {
     if (PyModule_AddIntConstant(m, "LEGACY_HEADER_BYTES", LEGACY_HEADER_BYTES) < 0 ||

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from storagecore import Log, LogConfig, ManualClock, NewRecord, build_batch
-from storagecore.cleaner import Cleaner, CleanRequest
+from storagecore.cleaner import Cleaner, CleanerStats, CleanRequest
+from storagecore.cleaner.legacy import _message_set, map_legacy_keys, retain_legacy_record
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.records import _columns_py, columns
 from storagecore.records.codecs import Compression
@@ -21,7 +22,7 @@ from storagecore.records.columns_types import COLUMN_NAMES, DecodedColumns
 from storagecore.records.legacy import LegacyRecordBatch
 from storagecore.tools.dump import dump_file
 from storagecore.tools.verify import verify_log_dir
-from tests.legacy_data import Message, kp_entry, kp_read, write_segment
+from tests.legacy_data import Message, entries, kp_entry, kp_read, write_segment
 
 START_MS = 1_700_000_000_000
 COMPACT = LogConfig(
@@ -320,3 +321,41 @@ def test_columnar_decode_reads_legacy_entries(tmp_path: Path, reference: bool) -
     assert [bytes(value_data[a:b]) for a, b in itertools.pairwise(ends)] == [
         m.value or b"" for m in wanted
     ]
+
+
+@pytest.mark.skipif(not SkimpyOffsetMap(1024).native, reason="native cleaner engine not built")
+def test_native_legacy_passes_match_the_reference() -> None:
+    """The C map and filter passes over legacy entries (cleaner/_cleaner_legacy.h) leave the
+    same map and take the same decisions as the reference, entry by entry."""
+    secret = bytes(range(16))
+    native, reference = (SkimpyOffsetMap(24 * 256, native=n, secret=secret) for n in (True, False))
+    parts, _ = legacy_history()
+    parts.append(kp_entry(1, 1, msgs(9, START_MS, keys=4, tombstone_every=3, keyless_every=4), 31))
+    stats = [CleanerStats(), CleanerStats()]
+    for offset_map in (native, reference):
+        offset_map.clear(max_keys=64)
+    batches = [LegacyRecordBatch(entry) for part in parts for entry in entries(part)]
+    for batch in batches:
+        assert not map_legacy_keys(batch, native, 5, stats[0])
+        assert not map_legacy_keys(batch, reference, 5, stats[1])
+    assert native.size == reference.size > 0
+    assert native.latest_offset == reference.latest_offset == 39
+    assert bytes(native._table) == bytes(reference._table)
+    assert stats[0].map_messages_read == stats[1].map_messages_read == 39
+    for retain in (True, False):
+        for batch in batches:
+            decided = native.filter_legacy_records(*_message_set(batch), retain)
+            assert decided is not None
+            flags, invalid = decided
+            counted = CleanerStats()
+            expected = [
+                retain_legacy_record(r, reference, retain, counted) for r in batch.records()
+            ]
+            assert [bool(f) for f in flags] == expected and invalid == counted.invalid_messages
+    # A damaged set is refused natively without a change; the reference raises.
+    damaged = bytearray(parts[0])  # three plain v0 messages, the last one's CRC broken
+    damaged[-1] ^= 1
+    before = bytes(native._table)
+    assert native.put_legacy_keys(bytes(damaged), -1, 0, 0) is None
+    assert native.filter_legacy_records(bytes(damaged), -1, 0, True) is None
+    assert bytes(native._table) == before
