@@ -127,7 +127,9 @@ class Cleaner:
             request.first_uncleanable_offset,
         )
         txns = CleanedTransactionMetadata(txn_state.aborted)
-        legacy_horizon_ms = legacy_delete_horizon_ms(log, request.first_dirty_offset)
+        legacy_horizon_ms = legacy_delete_horizon_ms(
+            log.segments, request.first_dirty_offset, log.config.delete_retention_ms
+        )
         for group in groups:
             self.clean_segments(
                 log,

@@ -21,20 +21,24 @@ It must not decide anything for v2 batches and must not write files (the caller'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
+from storagecore.cleaner.regions import SegmentSource
 from storagecore.cleaner.stats import CleanerStats
-from storagecore.log import Log
 from storagecore.records.batch import Record, TimestampType
 from storagecore.records.codecs import Compression
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.records.legacy import LegacyRecordBatch, LegacyRecordToWrite, build_legacy_entry
 
 
-def legacy_delete_horizon_ms(log: Log, first_dirty_offset: int) -> int:
+def legacy_delete_horizon_ms(
+    segments: Sequence[SegmentSource], first_dirty_offset: int, delete_retention_ms: int
+) -> int:
     """Kafka's ``legacyDeleteHorizonMs``: the mtime of the last segment below the first dirty
     offset minus ``delete.retention.ms``; 0 when nothing is clean yet."""
-    clean = [s for s in log.segments if s.base_offset < first_dirty_offset]
-    return clean[-1].log.mtime_ms() - log.config.delete_retention_ms if clean else 0
+    clean = [s for s in segments if s.base_offset < first_dirty_offset]
+    return clean[-1].log.mtime_ms() - delete_retention_ms if clean else 0
 
 
 def map_legacy_keys(
