@@ -167,6 +167,7 @@ def test_verify_and_dump_show_the_format(tmp_path: Path) -> None:
     assert report.ok, [str(f) for f in report.errors]
     (summary,) = report.partitions
     assert (summary.records, summary.next_offset) == (len(model), model[-1].offset + 1)
+    assert summary.batches_by_magic == {0: 6, 1: 6, 2: 1}  # 3 plain + 3 wrappers of each
     lines = list(dump_file(directory / "00000000000000000000.log", records=True))
     assert (
         "offset: 0 position: 0 NoTimestampType: -1 size: 44 magic: 0 compresscodec: none"
