@@ -9,8 +9,8 @@ v0 uncompressed (one entry per message) and v1 lz4 (wrappers of 100 messages, re
 offsets). Printed, per format, records/s and MB/s of one cleaning round over the whole log:
 
 * Kafka: Kafka 4.3.1's own classes (the ``kafka_anchor/`` harness: SkimpyOffsetMap filled from
-  every key, ``MemoryRecords.filterTo`` with Cleaner's rule, whose legacy path iterates the
-  wrappers' inner messages and rebuilds partly kept wrappers), warm JIT, best of ``--runs``;
+  every key, ``MemoryRecords.filterTo`` with Cleaner's rule, whose legacy path (4.x) writes the
+  kept messages back as v2 batches), warm JIT, best of ``--runs``;
 * ours in-process: ``Cleaner.clean`` on a fresh copy of the log directory each run (the copy is
   not timed), best of ``--runs``; the legacy entries take the per-entry path (the C passes of
   cleaner/_cleaner_legacy.h; decompression and a rewrite in Python);
