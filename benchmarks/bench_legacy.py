@@ -26,6 +26,7 @@ the ratio is the figure to read (both sides run one after the other on the same 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import sys
@@ -147,11 +148,16 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--runs", type=int, default=3, help="best of N runs per figure")
     parser.add_argument("--no-kafka", action="store_true", help="skip Kafka's harness")
+    parser.add_argument(
+        "--no-callgrind", action="store_true", help="accepted for the smoke test: none taken here"
+    )
     args = parser.parse_args()
     if not args.no_kafka and kafka_anchor.missing_tools():
         sys.exit(f"Kafka's harness needs {kafka_anchor.missing_tools()}; or pass --no-kafka")
     print(f"per-record work: {IMPLEMENTATION} (machine shared: figures are noisy, read ratios)")
-    with tempfile.TemporaryDirectory(prefix="bench-legacy-") as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="bench-legacy-", dir=os.environ.get("BENCH_DIR")
+    ) as tmp:
         for magic, codec in FORMATS:
             for line in compare(Path(tmp), args, magic, codec):
                 print(line, flush=True)
