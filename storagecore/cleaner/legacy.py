@@ -83,26 +83,32 @@ def filter_legacy_batch(
     upper_bound: int,
     stats: CleanerStats,
 ) -> tuple[bytes | memoryview, int, int] | None:
-    """(bytes to write, their last offset, their max timestamp), or None to drop the entry."""
-    records = batch.records()
-    stats.messages_read += len(records)
+    """(bytes to write, their last offset, their max timestamp), or None to drop the entry.
+    With the C engine the decisions come from one native call and the messages are decoded in
+    Python only when a wrapper is partly kept (its rewrite needs them)."""
     decided = (
         offset_map.filter_legacy_records(*_message_set(batch), retain_deletes)
         if offset_map.native
         else None
     )
+    records: list[Record] | None = None
     if decided is not None:
         flags, invalid = decided
         stats.invalid_messages += invalid
-        kept = [r for r, keep in zip(records, flags, strict=True) if keep]
+        count, kept_count = len(flags), flags.count(1)
     else:
-        kept = [r for r in records if retain_legacy_record(r, offset_map, retain_deletes, stats)]
-    if len(kept) == len(records) or (not kept and batch.next_offset == upper_bound):
-        stats.messages_written += len(records)
+        records = batch.records()
+        flags = bytes(retain_legacy_record(r, offset_map, retain_deletes, stats) for r in records)
+        count, kept_count = len(records), flags.count(1)
+    stats.messages_read += count
+    if kept_count == count or (not kept_count and batch.next_offset == upper_bound):
+        stats.messages_written += count
         stats.batches_copied_verbatim += 1
         return bytes(batch.buffer), batch.last_offset, batch.max_timestamp
-    if not kept:
+    if not kept_count:
         return None
+    records = batch.records() if records is None else records
+    kept = [r for r, keep in zip(records, flags, strict=True) if keep]
     log_append = batch.timestamp_type is TimestampType.LOG_APPEND_TIME
     rebuilt = build_legacy_entry(
         batch.magic,

@@ -83,8 +83,15 @@ class SegmentWalk:
         return self._mapped[self.position : min(self.position + size, self.end)]
 
     def region(self) -> memoryview | None:
-        """Up to :data:`REGION_BYTES` from the cursor; None at the end of the segment."""
+        """Up to :data:`REGION_BYTES` from the cursor; None at the end of the segment, and
+        None at a legacy v0/v1 entry (the C region passes take magic 2 only: asking them
+        would return at once, for every entry of an old segment)."""
         if self.position >= self.end:
+            return None
+        if (
+            self.end - self.position > layout.MAGIC_OFFSET
+            and self._mapped[self.position + layout.MAGIC_OFFSET] < layout.CURRENT_MAGIC
+        ):
             return None
         return self._view(REGION_BYTES)
 

@@ -68,6 +68,23 @@ done:
     return result;
 }
 
+/* check_legacy_entry(entry) -> str | None: one shallow entry (a plain message or a wrapper)
+ * checked as LegacyRecordBatch.validate does after its size check (legacy.check_entry is the
+ * reference): its problem named "message at offset <its offset>", or None. */
+PyObject *storagecore_check_legacy_entry(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    const uint8_t *b = (const uint8_t *)data.buf;
+    char where[64], problem[256];
+    snprintf(where, sizeof where, "message at offset %lld",
+             data.len >= 8 ? (long long)get64(b) : -1LL);
+    Py_ssize_t count = legacy_walk_entries(b, data.len, -1, NULL, 0, problem, sizeof problem,
+                                           where, 1);
+    PyBuffer_Release(&data);
+    if (count < 0) return PyUnicode_FromString(problem);
+    Py_RETURN_NONE;
+}
+
 void storagecore_legacy_init(void) { legacy_crc32_init(); }
 
 int storagecore_legacy_constants(PyObject *m) {

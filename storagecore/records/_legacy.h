@@ -62,12 +62,20 @@ static int field(const uint8_t *b, Py_ssize_t *pos, Py_ssize_t end, const char *
 }
 
 /* Walks data; fills msgs (room for count_max) and returns the count, or -1 with problem. */
-static Py_ssize_t legacy_walk(const uint8_t *b, Py_ssize_t len, int wrapper_magic, legacy_msg_t *msgs,
-                       Py_ssize_t count_max, char *problem, size_t room) {
+/* where_fixed: the prefix of every problem (NULL: "message <index> at byte <position>");
+ * allow_compressed: a wrapper is walked as a message (its codec id must be 0..3). */
+static Py_ssize_t legacy_walk_entries(const uint8_t *b, Py_ssize_t len, int wrapper_magic,
+                                      legacy_msg_t *msgs, Py_ssize_t count_max, char *problem,
+                                      size_t room, const char *where_fixed,
+                                      int allow_compressed) {
     Py_ssize_t pos = 0, count = 0;
     char where[96];
     while (pos < len) {
-        snprintf(where, sizeof where, "message %zd at byte %zd", count, pos);
+        if (where_fixed != NULL) {
+            snprintf(where, sizeof where, "%s", where_fixed);
+        } else {
+            snprintf(where, sizeof where, "message %zd at byte %zd", count, pos);
+        }
         if (len - pos < LEGACY_HEADER_BYTES) {
             snprintf(problem, room, "%s: %zd bytes left, less than a message's %d-byte header",
                      where, len - pos, LEGACY_HEADER_BYTES);
@@ -118,7 +126,13 @@ static Py_ssize_t legacy_walk(const uint8_t *b, Py_ssize_t len, int wrapper_magi
                      size, p - pos - LOG_OVERHEAD);
             return -1;
         }
-        if (attributes & CODEC_MASK) {
+        if (allow_compressed) {
+            if ((attributes & CODEC_MASK) > 3) {
+                snprintf(problem, room, "%s: codec id %d in a legacy message (0..3 only)", where,
+                         attributes & CODEC_MASK);
+                return -1;
+            }
+        } else if (attributes & CODEC_MASK) {
             snprintf(problem, room, "%s: %s", where,
                      wrapper_magic >= 0 ? "inner messages must not be compressed"
                                         : "a compressed wrapper, not a plain message");
@@ -131,6 +145,12 @@ static Py_ssize_t legacy_walk(const uint8_t *b, Py_ssize_t len, int wrapper_magi
     return count;
 }
 
+
+static Py_ssize_t legacy_walk(const uint8_t *b, Py_ssize_t len, int wrapper_magic,
+                              legacy_msg_t *msgs, Py_ssize_t count_max, char *problem,
+                              size_t room) {
+    return legacy_walk_entries(b, len, wrapper_magic, msgs, count_max, problem, room, NULL, 0);
+}
 
 /* The messages of data with offsets absolute and timestamps resolved (see _legacy.c), in an
  * array from PyMem_RawMalloc (the caller frees it; no GIL needed) and their count; NULL with

@@ -508,6 +508,7 @@ void storagecore_columns_init(void);
 PyObject *storagecore_producer_batches(PyObject *self, PyObject *args);
 /* _legacy.c */
 PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args);
+PyObject *storagecore_check_legacy_entry(PyObject *self, PyObject *args);
 void storagecore_legacy_init(void);
 int storagecore_legacy_constants(PyObject *m);
 
@@ -546,6 +547,8 @@ static PyMethodDef methods[] = {
     {"decode_legacy_set", storagecore_decode_legacy_set, METH_VARARGS,
      "decode_legacy_set(data, wrapper_magic, wrapper_offset, log_append, log_append_time) -> "
      "[(offset, timestamp, key, value)] | problem"},
+    {"check_legacy_entry", storagecore_check_legacy_entry, METH_VARARGS,
+     "check_legacy_entry(entry) -> problem | None"},
     {NULL, NULL, 0, NULL},
 };
 

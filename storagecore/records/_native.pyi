@@ -121,3 +121,6 @@ def decode_legacy_set(
     /,
 ) -> list[tuple[int, int, bytes | None, bytes | None]] | str:
     """The records of a legacy message set, or the problem: see _legacy.c."""
+
+def check_legacy_entry(entry: bytes | bytearray | memoryview, /) -> str | None:
+    """What is wrong with one legacy entry, or None: see _legacy.c."""

@@ -153,9 +153,13 @@ def _bytes_field(
 
 def codec_of(attributes: int, where: str) -> Compression:
     codec_id = attributes & layout.COMPRESSION_CODEC_MASK
-    if codec_id > Compression.LZ4:
+    codec = _LEGACY_CODEC_BY_ID.get(codec_id)
+    if codec is None:
         raise CorruptRecordError(f"{where}: codec id {codec_id} in a legacy message (0..3 only)")
-    return Compression(codec_id)
+    return codec
+
+
+_LEGACY_CODEC_BY_ID: Final = {codec.value: codec for codec in LEGACY_CODECS}
 
 
 class LegacyRecordBatch(RecordBatch):
@@ -281,14 +285,15 @@ class LegacyRecordBatch(RecordBatch):
 
     def validate(self) -> None:
         """Kafka's shallow ``ensureValid``: sizes, magic 0/1, the v0/v1 minimum, CRC-32."""
-        where = f"message at offset {self.last_offset}"
         size = self.batch_length + layout.LOG_OVERHEAD
         if size != len(self._buffer):
             raise CorruptRecordError(
-                f"{where}: declared size {size} bytes but {len(self._buffer)} bytes present"
+                f"message at offset {self.last_offset}: declared size {size} bytes but "
+                f"{len(self._buffer)} bytes present"
             )
-        parse_entry(self._buffer, 0, size, where)
-        codec_of(self.attributes, where)
+        problem = _check_entry(self._buffer)
+        if problem is not None:
+            raise CorruptRecordError(problem)
 
     # -- records -------------------------------------------------------------------------------
     def payload(self, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> bytes:
@@ -386,8 +391,26 @@ def decode_message_set(
     ]
 
 
+def check_entry(entry: Buffer) -> str | None:
+    """What is wrong with one shallow entry of exactly ``len(entry)`` bytes (a plain message or
+    a wrapper: framing, magic, minimum size, CRC-32, fields, a legacy codec id), or None. The
+    reference of the native ``check_legacy_entry``."""
+    offset = int.from_bytes(entry[:8], "big", signed=True) if len(entry) >= 8 else -1
+    where = f"message at offset {offset}"
+    position = 0
+    try:
+        while position < len(entry):  # one entry when its size is right (validate checks it)
+            message = parse_entry(entry, position, len(entry), where)
+            codec_of(message.attributes, where)
+            position += message.size_bytes
+    except CorruptRecordError as exc:
+        return str(exc)
+    return None
+
+
 _NATIVE = load_extension("storagecore.records._native")
 _decode_set: Final = decode_message_set if _NATIVE is None else _NATIVE.decode_legacy_set
+_check_entry: Final = check_entry if _NATIVE is None else _NATIVE.check_legacy_entry
 #: "c" or "python": which implementation decodes message sets here (tests assert it).
 IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
 

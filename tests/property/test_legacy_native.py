@@ -140,3 +140,41 @@ def test_damaged_sets_get_the_same_answer(
     answer = both(bytes(raw), wrapper_magic, wrapper_offset, log_append, lat)
     if isinstance(answer, str):
         assert answer  # a problem names what is wrong
+
+
+@given(
+    st.sampled_from([0, 1]),
+    st.integers(0, 3),
+    INT64,
+    FIELD,
+    FIELD,
+    st.data(),
+)
+def test_entry_checks_agree(
+    magic: int,
+    codec: int,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    data: st.DataObject,
+) -> None:
+    """One shallow entry (plain or a wrapper, whose value is not looked into here), valid or
+    damaged: the reference and the C check give the same answer, and a valid one has none."""
+    entry = bytearray(legacy.encode_message(7, magic, codec, timestamp, key=key, value=value))
+    assert legacy.check_entry(bytes(entry)) is None
+    damage = data.draw(st.sampled_from(["none", "flip", "cut", "attributes", "append"]))
+    at = data.draw(st.integers(0, len(entry) - 1))
+    if damage == "flip":
+        entry[at] ^= data.draw(st.integers(1, 255))
+    elif damage == "cut":
+        del entry[at:]
+    elif damage == "attributes":
+        entry[17] = data.draw(st.integers(0, 255))
+        struct.pack_into(">I", entry, 12, zlib.crc32(entry[16:]))
+    elif damage == "append":
+        entry += data.draw(st.binary(min_size=1, max_size=30))
+    answer = legacy.check_entry(bytes(entry))
+    if _native is not None:
+        assert _native.check_legacy_entry(bytes(entry)) == answer
+    if damage == "none":
+        assert answer is None
