@@ -32,8 +32,13 @@ setup(
                 "storagecore/records/_native.c",
                 "storagecore/records/_columns.c",
                 "storagecore/records/_headers.c",
+                "storagecore/records/_legacy.c",
             ],
-            depends=["storagecore/records/_layout.h", "storagecore/records/_walker.h"],
+            depends=[
+                "storagecore/records/_layout.h",
+                "storagecore/records/_walker.h",
+                "storagecore/records/_legacy.h",
+            ],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),
         Extension(
@@ -46,6 +51,8 @@ setup(
                 "storagecore/cleaner/_cleaner_records.h",
                 "storagecore/cleaner/_cleaner_batch.h",
                 "storagecore/cleaner/_cleaner_region.h",
+                "storagecore/cleaner/_cleaner_legacy.h",
+                "storagecore/records/_legacy.h",
             ],
             extra_compile_args=["-O3", "-Wall", "-Werror"],
         ),

@@ -446,6 +446,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                         "size_bytes": p.size_bytes,
                         "first_offset": p.first_offset,
                         "next_offset": p.next_offset,
+                        "batches_by_magic": {str(m): n for m, n in p.batches_by_magic.items()},
                     }
                     for p in report.partitions
                 ],
@@ -457,6 +458,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for directory, report in reports:
             for finding in report.findings:
                 print(finding)
+            for p in report.partitions:
+                legacy = {m: n for m, n in sorted(p.batches_by_magic.items()) if m < 2}
+                if legacy:
+                    formats = ", ".join(f"{n} v{m}" for m, n in legacy.items())
+                    print(f"{p.tp}: legacy message format entries: {formats}")
             print(
                 f"{directory}: {len(report.partitions)} partitions, "
                 f"{sum(p.segments for p in report.partitions)} segments, "

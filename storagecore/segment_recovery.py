@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from storagecore.errors import CorruptRecordError
-from storagecore.records.batch import RecordBatch
+from storagecore.records import legacy
 from storagecore.records.file_records import BatchHeader
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.segment import LogSegment
@@ -111,7 +111,7 @@ def sanity_check_segment(segment: LogSegment) -> None:
         )
     if last is not None:
         data = log.read(last.position, last.size_bytes)
-        RecordBatch(data).validate()
+        legacy.batch_view(data).validate()  # a v2 batch or a v0/v1 message
         if last.base_offset < segment.base_offset:
             raise CorruptRecordError(
                 f"{log.path}: last batch offset {last.base_offset} is below the base"

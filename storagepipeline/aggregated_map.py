@@ -89,6 +89,9 @@ class GroupTask:
     secret: bytes
     aborted: tuple[AbortedTxn, ...]
     producers: tuple[tuple[int, ProducerLastBatch], ...]
+    #: v0/v1 tombstones' horizon (Kafka's legacyDeleteHorizonMs), from the whole log's clean
+    #: part on the driver: a group alone does not see it.
+    legacy_delete_horizon_ms: int = 0
 
 
 class _ReadOnlySegment:
@@ -165,6 +168,7 @@ def _clean_group(
             txns=CleanedTransactionMetadata(list(task.aborted)),
             producers=dict(task.producers),
             upper_bound=task.upper_bound,
+            legacy_delete_horizon_ms=task.legacy_delete_horizon_ms,
         )
         cleaned.close()
     finally:
@@ -259,6 +263,13 @@ def clean_plans(
     for tpi, plan in enumerate(plans):
         snap = planned_snapshot(plan, None if read_paths is None else read_paths[tpi])
         first_dirty, end_offset = plan.first_dirty_offset, plan.end_offset
+        clean = [s for s in snap.segments if s.base_offset < first_dirty]
+        legacy_horizon_ms = (
+            int(os.stat(clean[-1].pin_path or clean[-1].path).st_mtime * 1000)
+            - plan.config.delete_retention_ms
+            if clean
+            else 0
+        )
         map_tasks.extend(
             MapTask(tpi, ref, plan.directory, plan.aborted, secret)
             for ref in clip(snap, first_dirty, plan.first_uncleanable_offset)
@@ -290,6 +301,7 @@ def clean_plans(
                     secret=secret,
                     aborted=plan.aborted,
                     producers=plan.producers,
+                    legacy_delete_horizon_ms=legacy_horizon_ms,
                 )
             )
             owner.append(tpi)

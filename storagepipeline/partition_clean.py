@@ -28,6 +28,7 @@ from typing import Any, cast
 from storagecore import LogConfig, TopicPartition
 from storagecore import files as core_files
 from storagecore.cleaner import CleanedTransactionMetadata, Cleaner, CleanerStats
+from storagecore.cleaner.legacy import legacy_delete_horizon_ms
 from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap
 from storagecore.cleaner.round_plan import RoundPlan
 from storagecore.config import CleanerConfig
@@ -175,6 +176,11 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
         assert end_offset == task.end_offset, (tp, end_offset, task.end_offset)
         txns = CleanedTransactionMetadata(list(task.aborted))
         producers = dict(task.producers)
+        # The sources cover the log from its start: its clean part gives v0/v1 tombstones'
+        # horizon as the worker's cleaner computes it.
+        legacy_horizon_ms = legacy_delete_horizon_ms(
+            sources, task.first_dirty_offset, task.config.delete_retention_ms
+        )
         for group in task.groups:
             cleaned = cleaner.write_cleaned_segment(
                 Path(task.directory),
@@ -186,6 +192,7 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
                 txns=txns,
                 producers=producers,
                 upper_bound=task.upper_bound,
+                legacy_delete_horizon_ms=legacy_horizon_ms,
             )
             written.append(cleaned.base_offset)
             sizes.append(cleaned.size_bytes)

@@ -245,7 +245,8 @@ def records(
             # message names the batch's offset and the record.
             _corrupt(Path(ref.path), None, exc, options, counters, framing=False)
             continue
-        timestamp_type = int(batch.timestamp_type)
+        # A v0 message has no timestamp type: -1, as Spark's Kafka source shows NoTimestampType.
+        timestamp_type = -1 if batch.magic == 0 else int(batch.timestamp_type)
         for record in decoded:
             if ref.start_offset <= record.offset < ref.end_offset:
                 yield record, timestamp_type

@@ -552,6 +552,9 @@ static PyObject *crc32c_of(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* ---- legacy (v0/v1) message sets: after open_map, which they use ------------------------ */
+#include "_cleaner_legacy.h"
+
 static PyMethodDef methods[] = {
     {"siphash", siphash, METH_VARARGS, "SipHash-c-d-128 of a bytes-like object."},
     {"crc32c", crc32c_of, METH_VARARGS, "CRC-32C of a bytes-like object."},
@@ -561,6 +564,10 @@ static PyMethodDef methods[] = {
     {"put_keys", put_keys, METH_VARARGS, "Map the keys of one data batch."},
     {"filter_records", filter_records, METH_VARARGS,
      "Retention decisions and the rebuilt batch (or records) of one data batch."},
+    {"put_legacy_keys", put_legacy_keys, METH_VARARGS,
+     "Map the keys of one legacy message set (see _cleaner_legacy.h)."},
+    {"filter_legacy_records", filter_legacy_records, METH_VARARGS,
+     "Retention decisions for one legacy message set (see _cleaner_legacy.h)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -571,6 +578,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc32c_init();
+    legacy_crc32_init(); /* this module's copy of the CRC-32 table (_legacy.h) */
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (add_layout_constants(m) < 0 || PyModule_AddIntConstant(m, "HASH_BYTES", HASH_BYTES) < 0 ||

@@ -111,3 +111,26 @@ def filter_records(
     new_horizon_ms: int,
     /,
 ) -> tuple[int, int, bool, bytes | None, int, int, int, int] | None: ...
+def put_legacy_keys(
+    table: Buffer,
+    slots: int,
+    size: int,
+    capacity: int,
+    secret: Buffer,
+    data: Buffer,
+    wrapper_magic: int,
+    wrapper_offset: int,
+    start: int,
+    /,
+) -> tuple[int, int, int, int, bool, int, int] | None: ...
+def filter_legacy_records(
+    table: Buffer,
+    slots: int,
+    secret: Buffer,
+    latest_offset: int,
+    data: Buffer,
+    wrapper_magic: int,
+    wrapper_offset: int,
+    retain_deletes: bool,
+    /,
+) -> tuple[bytes, int, int, int] | None: ...

@@ -30,12 +30,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
+from storagecore.cleaner.cleaned_output import CleanedOutput
 from storagecore.cleaner.grouping import group_segments_by_size
+from storagecore.cleaner.legacy import (
+    filter_legacy_batch,
+    legacy_delete_horizon_ms,
+    map_legacy_keys,
+)
 from storagecore.cleaner.offset_map import (
-    CHUNK_END,
     FilteredRecords,
     FilteredRegion,
-    OutputChunk,
     RegionStop,
     SkimpyOffsetMap,
     producer_pairs,
@@ -46,15 +50,15 @@ from storagecore.cleaner.throttler import Throttler
 from storagecore.cleaner.transactions import CleanedTransactionMetadata
 from storagecore.config import CleanerConfig, LogConfig, TopicPartition
 from storagecore.log import Log
-from storagecore.records import layout
 from storagecore.records.batch import Buffer, Record, RecordBatch
 from storagecore.records.codecs import Compression
+from storagecore.records.legacy import LegacyRecordBatch
 from storagecore.records.memory_records_builder import (
     build_empty_batch,
     rebuild_batch,
     rebuild_batch_from_payload,
 )
-from storagecore.segment import AppendedChunk, LogSegment
+from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type_of
 
 logger = logging.getLogger(__name__)
@@ -75,85 +79,6 @@ class CleanRequest:
 
 def _never_done(_tp: TopicPartition) -> None:
     return None
-
-
-class _Output:
-    """The cleaned segment being written: batches buffered and appended in index-interval
-    chunks, so that its offset index is as dense as one written by appends."""
-
-    def __init__(self, segment: LogSegment, flush_bytes: int, throttle: Callable[[int], None]):
-        self.segment = segment
-        self._flush_bytes = max(flush_bytes, 1)
-        self._throttle = throttle
-        self._parts: list[bytes | bytearray | memoryview] = []
-        self._pending = 0
-        self._last_offset = -1
-        self._max_timestamp = layout.NO_TIMESTAMP
-        self._offset_of_max_timestamp = -1
-        self.bytes_written = 0
-
-    def add(
-        self, data: bytes | bytearray | memoryview, last_offset: int, max_timestamp: int
-    ) -> None:
-        self._parts.append(data)
-        self._pending += len(data)
-        self._last_offset = last_offset
-        if max_timestamp > self._max_timestamp or self._offset_of_max_timestamp < 0:
-            self._max_timestamp = max(max_timestamp, self._max_timestamp)
-            self._offset_of_max_timestamp = last_offset
-        if self._pending >= self._flush_bytes:
-            self.flush()
-
-    @property
-    def chunk(self) -> OutputChunk:
-        """The chunk being filled, as :meth:`SkimpyOffsetMap.filter_region` continues it."""
-        return OutputChunk(
-            self._flush_bytes,
-            self._pending,
-            self._last_offset,
-            self._max_timestamp,
-            self._offset_of_max_timestamp,
-        )
-
-    def add_region(self, filtered: FilteredRegion) -> None:
-        """A region's output, cut into chunks by the engine as :meth:`add` would cut its
-        batches: every chunk it completed goes to the segment in one write (with the
-        pending bytes before it), the rest stays pending."""
-        data = filtered.output
-        chunks = filtered.chunks
-        if chunks:
-            ends = list(CHUNK_END.iter_unpack(chunks))
-            done = ends[-1][0]
-            head = self._pending
-            self._parts.append(memoryview(data)[:done])
-            joined = b"".join(self._parts)
-            self.segment.append_chunks(
-                joined, [AppendedChunk(end + head, *rest) for end, *rest in ends]
-            )
-            self._throttle(len(joined))
-            self.bytes_written += len(joined)
-            self._parts = [memoryview(data)[done:]] if done < len(data) else []
-        elif data:
-            self._parts.append(data)
-        after = filtered.chunk
-        self._pending = after.pending
-        self._last_offset = after.last_offset
-        self._max_timestamp = after.max_timestamp
-        self._offset_of_max_timestamp = after.offset_of_max_timestamp
-
-    def flush(self) -> None:
-        if not self._parts:
-            return
-        data = b"".join(self._parts)
-        self.segment.append(
-            self._last_offset, self._max_timestamp, self._offset_of_max_timestamp, data
-        )
-        self._throttle(len(data))
-        self.bytes_written += len(data)
-        self._parts = []
-        self._pending = 0
-        self._max_timestamp = layout.NO_TIMESTAMP
-        self._offset_of_max_timestamp = -1
 
 
 class Cleaner:
@@ -202,6 +127,9 @@ class Cleaner:
             request.first_uncleanable_offset,
         )
         txns = CleanedTransactionMetadata(txn_state.aborted)
+        legacy_horizon_ms = legacy_delete_horizon_ms(
+            log.segments, request.first_dirty_offset, log.config.delete_retention_ms
+        )
         for group in groups:
             self.clean_segments(
                 log,
@@ -211,6 +139,7 @@ class Cleaner:
                 txns=txns,
                 producers=producers,
                 upper_bound=upper,
+                legacy_delete_horizon_ms=legacy_horizon_ms,
             )
         stats.groups = len(groups)
         stats.end_s = time.monotonic()
@@ -278,6 +207,8 @@ class Cleaner:
     ) -> bool:
         """One batch of build_offset_map; True when the map filled."""
         offset_map = self.offset_map
+        if isinstance(batch, LegacyRecordBatch):
+            return map_legacy_keys(batch, offset_map, start, stats)
         if batch.is_control:
             txns.on_control_batch(batch, control_type_of(batch))
             stats.map_messages_read += 1
@@ -311,6 +242,7 @@ class Cleaner:
         txns: CleanedTransactionMetadata,
         producers: Mapping[int, ProducerLastBatch],
         upper_bound: int,
+        legacy_delete_horizon_ms: int = 0,
     ) -> LogSegment:
         """Kafka's ``cleanSegments``: rewrite ``group`` into one ``.cleaned`` segment and swap
         it in. On any failure (including an abort) the ``.cleaned`` files are removed and the
@@ -325,6 +257,7 @@ class Cleaner:
             txns=txns,
             producers=producers,
             upper_bound=upper_bound,
+            legacy_delete_horizon_ms=legacy_delete_horizon_ms,
         )
         # From here the files belong to the swap protocol: if it fails midway its renames are
         # completed or rolled back by the loader; deleting them here could lose the data.
@@ -345,6 +278,7 @@ class Cleaner:
         txns: CleanedTransactionMetadata,
         producers: Mapping[int, ProducerLastBatch],
         upper_bound: int,
+        legacy_delete_horizon_ms: int = 0,
     ) -> LogSegment:
         """The first half of ``cleanSegments``: the group's retained records written, flushed,
         as ``<base>.log.cleaned`` (+ indexes) in ``directory``. Needs no :class:`Log`: the
@@ -361,7 +295,7 @@ class Cleaner:
             now_ms=now_ms,
             suffix=files.CLEANED_SUFFIX,
         )
-        output = _Output(cleaned, config.index_interval_bytes, self._throttle)
+        output = CleanedOutput(cleaned, config.index_interval_bytes, self._throttle)
         try:
             horizon = now_ms + config.delete_retention_ms
             pairs = producer_pairs(
@@ -374,6 +308,7 @@ class Cleaner:
             for segment in group:
                 self.check_done(tp)
                 walk = SegmentWalk(tp, segment, 0)
+                retain_legacy_deletes = segment.log.mtime_ms() > legacy_delete_horizon_ms
                 while True:
                     region = walk.region() if self.offset_map.native else None
                     filtered = (
@@ -400,9 +335,17 @@ class Cleaner:
                     stats.bytes_read += batch.size_bytes
                     self._throttle(batch.size_bytes)
                     with walk.located(position):
-                        self._filter_batch(
-                            batch, output, txns, producers, upper_bound, now_ms, horizon, stats
-                        )
+                        if isinstance(batch, LegacyRecordBatch):
+                            kept = filter_legacy_batch(
+                                batch, self.offset_map, retain_legacy_deletes, upper_bound, stats
+                            )
+                            if kept is not None:
+                                output.add(*kept)
+                        else:
+                            self._filter_batch(
+                                batch, output, txns, producers, upper_bound, now_ms, horizon,
+                                stats,
+                            )  # fmt: skip
                 output.flush()
             cleaned.on_become_inactive_segment()
             cleaned.flush()
@@ -418,7 +361,7 @@ class Cleaner:
     def _filter_batch(  # noqa: PLR0917 - Kafka's filterTo, one decision table
         self,
         batch: RecordBatch,
-        output: _Output,
+        output: CleanedOutput,
         txns: CleanedTransactionMetadata,
         producers: Mapping[int, ProducerLastBatch],
         upper_bound: int,

@@ -275,6 +275,54 @@ class SkimpyOffsetMap:
         self.probes += probes
         return FilteredRecords(kept, invalid, tombstones, rebuilt, max_timestamp, base_timestamp)
 
+    def put_legacy_keys(
+        self,
+        data: bytes | bytearray | memoryview,
+        wrapper_magic: int,
+        wrapper_offset: int,
+        start: int,
+    ) -> tuple[int, bool] | None:
+        """:meth:`put_batch_keys` for a legacy message set (a plain entry, wrapper_magic -1, or
+        a wrapper's decompressed inner messages): (walked, full), or None when not available
+        or the set is refused (nothing changed; the reference raises)."""
+        if self._native is None:
+            return None
+        result = self._native.put_legacy_keys(
+            self._probed, self.slots, self.size, self.capacity, self.secret, data,
+            wrapper_magic, wrapper_offset, start,
+        )  # fmt: skip
+        if result is None:
+            return None
+        size, puts, last_put, walked, full, lookups, probes = result
+        self.size = size
+        if puts:
+            self.latest_offset = last_put
+        self.lookups += lookups
+        self.probes += probes
+        return walked, full
+
+    def filter_legacy_records(
+        self,
+        data: bytes | bytearray | memoryview,
+        wrapper_magic: int,
+        wrapper_offset: int,
+        retain_deletes: bool,
+    ) -> tuple[bytes, int] | None:
+        """The cleaner's legacy shouldRetainRecord for each message of a legacy message set:
+        (a byte per message, 1 to keep; keyless messages dropped), or None as above."""
+        if self._native is None:
+            return None
+        result = self._native.filter_legacy_records(
+            self._probed, self.slots, self.secret, self.latest_offset, data, wrapper_magic,
+            wrapper_offset, retain_deletes,
+        )  # fmt: skip
+        if result is None:
+            return None
+        kept, invalid, lookups, probes = result
+        self.lookups += lookups
+        self.probes += probes
+        return kept, invalid
+
     @property
     def native(self) -> bool:
         """Whether this map runs the C engine."""

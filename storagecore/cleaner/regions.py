@@ -29,6 +29,7 @@ from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import FileRecords
+from storagecore.records.legacy import LegacyRecordBatch
 
 #: Bytes read at a time: the unit of a region call, and of throttling and abort checks.
 REGION_BYTES: Final = 1 << 20
@@ -82,8 +83,15 @@ class SegmentWalk:
         return self._mapped[self.position : min(self.position + size, self.end)]
 
     def region(self) -> memoryview | None:
-        """Up to :data:`REGION_BYTES` from the cursor; None at the end of the segment."""
+        """Up to :data:`REGION_BYTES` from the cursor; None at the end of the segment, and
+        None at a legacy v0/v1 entry (the C region passes take magic 2 only: asking them
+        would return at once, for every entry of an old segment)."""
         if self.position >= self.end:
+            return None
+        if (
+            self.end - self.position > layout.MAGIC_OFFSET
+            and self._mapped[self.position + layout.MAGIC_OFFSET] < layout.CURRENT_MAGIC
+        ):
             return None
         return self._view(REGION_BYTES)
 
@@ -111,12 +119,16 @@ class SegmentWalk:
         size = length + layout.LOG_OVERHEAD
         if size > left:
             raise self._incomplete()
-        if size < layout.RECORD_BATCH_OVERHEAD:
+        view = self._view(size)
+        if view[layout.MAGIC_OFFSET] < layout.CURRENT_MAGIC:
+            batch: RecordBatch = LegacyRecordBatch(view)  # a v0/v1 message or wrapper
+        elif size < layout.RECORD_BATCH_OVERHEAD:
             raise CorruptRecordError(
                 f"{self.tp}: {self.file.path}: batch at position {position} is {size} bytes, "
                 f"smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
             )
-        batch = RecordBatch(self._view(size))
+        else:
+            batch = RecordBatch(view)
         try:
             batch.validate()
         except CorruptRecordError as exc:

@@ -19,6 +19,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
 from storagecore.records._scan_py import _FramingError, _skip, _varint, _varlong
 from storagecore.records.columns_types import BATCH_COLUMNS, COLUMN_NAMES, Buffer, Decompress
@@ -81,6 +82,18 @@ def decode_columns(  # noqa: PLR0917 - the C function's positional signature
         size = length + layout.LOG_OVERHEAD
         if size > end - position:
             break  # a torn tail: Kafka's FileLogInputStream stops here too
+        if view[position + layout.MAGIC_OFFSET] in _LEGACY_MAGICS:
+            entry_or_problem = _legacy_entry(
+                view[position : position + size], position, out, min_offset, max_offset
+            )
+            if isinstance(entry_or_problem, str):
+                problem = entry_or_problem
+                break
+            for name, value in entry_or_problem.items():
+                table[name].append(value)
+            batches += 1
+            position += size
+            continue
         if size < layout.RECORD_BATCH_OVERHEAD:
             problem = (
                 f"batch at position {position}: {size} bytes, smaller than the "
@@ -145,6 +158,53 @@ def decode_columns(  # noqa: PLR0917 - the C function's positional signature
         name: _little_endian(column) for name, column in table.items()
     }
     return out.rows, batches, position, problem, out.buffers(), out.null_counts(), batch_buffers
+
+
+_LEGACY_MAGICS: Final = frozenset((0, 1))
+#: Spark's Kafka source shows a v0 record's missing timestamp type as -1 (NoTimestampType).
+NO_TIMESTAMP_TYPE: Final = -1
+
+
+def _legacy_entry(
+    entry: memoryview,
+    position: int,
+    out: _Builder,
+    min_offset: int | None,
+    max_offset: int | None,
+) -> dict[str, int] | str:
+    """A v0/v1 entry (a message or a compressed wrapper) appended to ``out``: its batch-table
+    entry, or the problem. Decoded through :mod:`storagecore.records.legacy`, the one reader
+    of the legacy formats; the native decoder hands such regions to this reference."""
+    from storagecore.records.legacy import MAGIC_V0, LegacyRecordBatch  # noqa: PLC0415
+
+    batch = LegacyRecordBatch(entry)
+    first_row = out.rows
+    last = batch.last_offset
+    if min_offset is not None and last < min_offset:
+        base = last  # outside the range: not validated, not decompressed (as for v2)
+    else:
+        try:
+            batch.validate()
+            records = batch.records()
+        except CorruptRecordError as exc:
+            return f"batch at position {position}, offset {last}: {exc}"
+        base = records[0].offset
+        rows: list[_Row] = [(r.offset, r.timestamp, r.key, r.value, []) for r in records]
+        timestamp_type = NO_TIMESTAMP_TYPE if batch.magic == MAGIC_V0 else int(batch.timestamp_type)
+        out.append(rows, timestamp_type, min_offset, max_offset)
+    return {
+        "position": position,
+        "base_offset": base,
+        "last_offset_delta": last - base,
+        "partition_leader_epoch": layout.NO_PARTITION_LEADER_EPOCH,
+        "attributes": batch.attributes,
+        "max_timestamp": batch.max_timestamp,
+        "producer_id": layout.NO_PRODUCER_ID,
+        "producer_epoch": layout.NO_PRODUCER_EPOCH,
+        "base_sequence": layout.NO_SEQUENCE,
+        "first_row": first_row,
+        "rows": out.rows - first_row,
+    }
 
 
 def _validate(view: memoryview, position: int, size: int, header: tuple[int, ...]) -> None:

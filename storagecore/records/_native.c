@@ -1,6 +1,7 @@
 /* Native speed-ups of storagecore.records: the record scan, the append fast path and,
  * compiled into this module too, the columnar decoder (_columns.c, decode_columns) and the
- * producer walk of a region (_headers.c, producer_batches).
+ * producer walk of a region (_headers.c, producer_batches) and the legacy v0/v1 message-set
+ * reader (_legacy.c, decode_legacy_set).
  *
  * The scan walks the records of an uncompressed batch payload without building objects: checks
  * framing (length varints, field lengths, header keys, nothing left over) with _walker.h's
@@ -505,6 +506,11 @@ PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
 void storagecore_columns_init(void);
 /* _headers.c */
 PyObject *storagecore_producer_batches(PyObject *self, PyObject *args);
+/* _legacy.c */
+PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args);
+PyObject *storagecore_check_legacy_entry(PyObject *self, PyObject *args);
+void storagecore_legacy_init(void);
+int storagecore_legacy_constants(PyObject *m);
 
 /* crc32c(data) -> int: CRC-32C of a bytes-like object (storagecore/records/crc.py), without
  * the GIL for large inputs. */
@@ -538,6 +544,11 @@ static PyMethodDef methods[] = {
      "batch_buffers)"},
     {"producer_batches", storagecore_producer_batches, METH_VARARGS,
      "producer_batches(region) -> (consumed, next_offset, positions, problem, problem_value)"},
+    {"decode_legacy_set", storagecore_decode_legacy_set, METH_VARARGS,
+     "decode_legacy_set(data, wrapper_magic, wrapper_offset, log_append, log_append_time) -> "
+     "[(offset, timestamp, key, value)] | problem"},
+    {"check_legacy_entry", storagecore_check_legacy_entry, METH_VARARGS,
+     "check_legacy_entry(entry) -> problem | None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -546,9 +557,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, 
 PyMODINIT_FUNC PyInit__native(void) {
     crc32c_init(); /* this file's copy of the tables */
     storagecore_columns_init();
+    storagecore_legacy_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (add_layout_constants(m) < 0) {
+    if (add_layout_constants(m) < 0 || storagecore_legacy_constants(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

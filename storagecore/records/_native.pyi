@@ -27,6 +27,10 @@ PRODUCER_EPOCH_OFFSET: int
 BASE_SEQUENCE_OFFSET: int
 RECORDS_COUNT_OFFSET: int
 CURRENT_MAGIC: int
+# legacy.py's constants as _legacy.c has them (test_legacy_native.py compares).
+LEGACY_HEADER_BYTES: int
+LEGACY_OVERHEAD_V0: int
+LEGACY_OVERHEAD_V1: int
 COMPRESSION_CODEC_MASK: int
 TIMESTAMP_TYPE_MASK: int
 TRANSACTIONAL_FLAG_MASK: int
@@ -107,3 +111,16 @@ def decode_columns(
 
 def producer_batches(region: bytes | bytearray | memoryview, /) -> tuple[int, int, bytes, int, int]:
     """(consumed, next_offset, positions, problem, problem_value): see _headers.c."""
+
+def decode_legacy_set(
+    data: bytes | bytearray | memoryview,
+    wrapper_magic: int,
+    wrapper_offset: int,
+    log_append: bool,
+    log_append_time: int,
+    /,
+) -> list[tuple[int, int, bytes | None, bytes | None]] | str:
+    """The records of a legacy message set, or the problem: see _legacy.c."""
+
+def check_legacy_entry(entry: bytes | bytearray | memoryview, /) -> str | None:
+    """What is wrong with one legacy entry, or None: see _legacy.c."""

@@ -387,16 +387,27 @@ def decode_records(
 
 
 def iter_complete_batches(buffer: Buffer) -> Iterator[tuple[int, RecordBatch]]:
-    """Batches of a fetch result: whole batches, a cut-off last batch silently ignored."""
+    """Batches of a fetch result: whole batches, a cut-off last batch silently ignored.
+
+    Legacy v0/v1 entries (old data served as stored) come as their own views."""
+    from storagecore.records.legacy import LegacyRecordBatch  # noqa: PLC0415 - it imports us
+
     pos = 0
     end = len(buffer)
     view = memoryview(buffer)
-    while end - pos >= layout.LOG_OVERHEAD:
+    while end - pos >= layout.HEADER_SIZE_UP_TO_MAGIC:
         (length,) = _INT32.unpack_from(buffer, pos + layout.LENGTH_OFFSET)
         size = length + layout.LOG_OVERHEAD
-        if length < layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD:
+        legacy = buffer[pos + layout.MAGIC_OFFSET] < layout.CURRENT_MAGIC
+        minimum = (
+            layout.MIN_DECLARED_BATCH_LENGTH
+            if legacy
+            else layout.RECORD_BATCH_OVERHEAD - layout.LOG_OVERHEAD
+        )
+        if length < minimum:
             raise CorruptRecordError(f"batch at byte {pos}: declared length {length} is too small")
         if pos + size > end:
             return
-        yield pos, RecordBatch(view[pos : pos + size])
+        entry = view[pos : pos + size]
+        yield pos, LegacyRecordBatch(entry) if legacy else RecordBatch(entry)
         pos += size

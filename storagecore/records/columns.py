@@ -40,7 +40,7 @@ from typing import Final
 
 from storagecore.errors import CorruptRecordError
 from storagecore.native import load_extension
-from storagecore.records import _columns_py
+from storagecore.records import _columns_py, layout
 from storagecore.records.codecs import DEFAULT_MAX_OUTPUT_BYTES, Compression, decompress
 from storagecore.records.columns_types import (
     BATCH_COLUMNS,
@@ -64,6 +64,9 @@ _Decode = Callable[
     ],
     _columns_py.RawColumns,
 ]
+
+_MAGIC_OFFSET: Final = layout.MAGIC_OFFSET
+_CURRENT_MAGIC: Final = layout.CURRENT_MAGIC
 
 _NATIVE = load_extension("storagecore.records._native")
 if _NATIVE is None:
@@ -100,17 +103,18 @@ def decode_columns(
     names = tuple(sorted(_columns_py.wanted_columns(columns), key=COLUMN_NAMES.index))
     if end is None:
         end = memoryview(region).nbytes
-    raw = _decode(
-        region,
-        position,
-        end,
-        names,
-        min_offset,
-        max_offset,
-        include_control,
-        max_output_bytes,
-        _decompress,
-    )
+    args = (region, position, end, names, min_offset, max_offset, include_control)
+    raw = _decode(*args, max_output_bytes, _decompress)
+    problem_at = raw[2]
+    if (
+        raw[3] is not None
+        and _decode is not _columns_py.decode_columns
+        and memoryview(region).nbytes > problem_at + _MAGIC_OFFSET
+        and region[problem_at + _MAGIC_OFFSET] < _CURRENT_MAGIC
+    ):
+        # The C decoder takes magic 2 only; a region holding v0/v1 entries (old data, read
+        # rarely) is decoded whole by the reference, which reads them.
+        raw = _columns_py.decode_columns(*args, max_output_bytes, _decompress)
     return DecodedColumns(*raw)
 
 

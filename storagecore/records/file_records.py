@@ -18,7 +18,7 @@ from typing import Final, NamedTuple
 
 from storagecore import durability
 from storagecore.errors import CorruptRecordError
-from storagecore.records import layout, producer_walk
+from storagecore.records import layout, legacy, producer_walk
 from storagecore.records.batch import RecordBatch
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,21 @@ class BatchHeader(NamedTuple):
     @property
     def next_offset(self) -> int:
         return self.last_offset + 1
+
+
+_LEGACY_MAGICS: Final = frozenset((legacy.MAGIC_V0, legacy.MAGIC_V1))
+
+
+def _legacy_header(chunk: bytes, rel: int, position: int, offset: int, size: int) -> BatchHeader:
+    """A v0/v1 entry's header: its offset is its last (a wrapper's last inner message's), its
+    timestamp (v1) the max; the first inner offset would need the payload decompressed, so
+    the header walk reports the last offset as the base too (Kafka's shallow walks do the
+    same: they ask a legacy entry only for its last offset)."""
+    timestamp = layout.NO_TIMESTAMP
+    magic = chunk[rel + layout.MAGIC_OFFSET]
+    if magic == legacy.MAGIC_V1 and size >= legacy.KEY_LENGTH_OFFSET_V1:
+        (timestamp,) = _TIMESTAMP.unpack_from(chunk, rel + legacy.TIMESTAMP_OFFSET)
+    return BatchHeader(position, offset, offset, size, timestamp, magic)
 
 
 class FileRegion:
@@ -178,13 +193,19 @@ class FileRecords:
     # -- scans ---------------------------------------------------------------------------------
     def header_at(self, position: int) -> BatchHeader | None:
         """The header of a complete, plausibly framed batch at ``position``, else None."""
-        if self.size_bytes - position < layout.RECORD_BATCH_OVERHEAD:
+        if self.size_bytes - position < legacy.ENTRY_HEADER.size:
             return None
         data = os.pread(self._fd, layout.RECORD_BATCH_OVERHEAD, position)
-        if len(data) < layout.RECORD_BATCH_OVERHEAD:
+        if len(data) < layout.RECORD_BATCH_OVERHEAD and data[layout.MAGIC_OFFSET] not in (
+            _LEGACY_MAGICS
+        ):
             return None
         base_offset, length = layout.LOG_HEADER_PREFIX.unpack_from(data, 0)
         size = length + layout.LOG_OVERHEAD
+        if data[layout.MAGIC_OFFSET] in _LEGACY_MAGICS:
+            if length < layout.MIN_DECLARED_BATCH_LENGTH or position + size > self.size_bytes:
+                return None
+            return _legacy_header(data, 0, position, base_offset, size)
         if size < layout.RECORD_BATCH_OVERHEAD or position + size > self.size_bytes:
             return None
         (last_delta,) = _LENGTH.unpack_from(data, layout.LAST_OFFSET_DELTA_OFFSET)
@@ -291,7 +312,9 @@ class FileRecords:
             if position + size > end:
                 return  # torn tail: the declared size runs past the end
             magic = chunk[rel + layout.MAGIC_OFFSET]
-            if (
+            if magic in _LEGACY_MAGICS:
+                yield _legacy_header(chunk, rel, position, base_offset, size), chunk, rel
+            elif (
                 size < layout.RECORD_BATCH_OVERHEAD
                 or len(chunk) - rel < layout.RECORD_BATCH_OVERHEAD
             ):
@@ -335,16 +358,21 @@ class FileRecords:
             size = length + layout.LOG_OVERHEAD
             if position + size > end:
                 return  # torn tail: the declared size runs past the end
-            if size < layout.RECORD_BATCH_OVERHEAD:
+            if chunk[rel + layout.MAGIC_OFFSET] in _LEGACY_MAGICS:
+                # A v0/v1 message (a plain one or a compressed wrapper): its own view.
+                make: type[RecordBatch] = legacy.LegacyRecordBatch
+            elif size < layout.RECORD_BATCH_OVERHEAD:
                 raise CorruptRecordError(
                     f"{self.path}: batch at position {position} is {size} "
                     f"bytes, smaller than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
                 )
+            else:
+                make = RecordBatch
             if rel + size <= len(chunk):
-                yield position, RecordBatch(view[rel : rel + size])
+                yield position, make(view[rel : rel + size])
             else:
                 data = self.read(position, size)
                 if len(data) < size:
                     return  # the file shrank under us: a torn tail
-                yield position, RecordBatch(data)
+                yield position, make(data)
             position += size

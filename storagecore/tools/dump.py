@@ -17,6 +17,7 @@ from storagecore.producer_state.snapshot import read_snapshot
 from storagecore.records import layout
 from storagecore.records.batch import ControlType, Record, RecordBatch
 from storagecore.records.file_records import FileRecords
+from storagecore.records.legacy import LegacyRecordBatch
 
 
 def dump_file(path: Path, *, records: bool = False, max_bytes: int = 1 << 62) -> Iterator[str]:
@@ -94,7 +95,21 @@ def _dump_snapshot(path: Path) -> Iterator[str]:
         yield line
 
 
+def _timestamp_type_name(batch: RecordBatch) -> str:
+    if isinstance(batch, LegacyRecordBatch):
+        return batch.timestamp_type_name  # v0: NoTimestampType
+    return batch.timestamp_type.config_name
+
+
 def format_batch(batch: RecordBatch, position: int) -> str:
+    if isinstance(batch, LegacyRecordBatch):
+        # Kafka's DumpLogSegments: a v0/v1 entry shows its (last) offset only.
+        return (
+            f"offset: {batch.last_offset} position: {position} "
+            f"{batch.timestamp_type_name}: {batch.max_timestamp} size: {batch.size_bytes} "
+            f"magic: {batch.magic} compresscodec: {batch.compression.config_name} "
+            f"crc: {batch.crc} isvalid: {str(batch.is_valid()).lower()}"
+        )
     horizon = batch.delete_horizon_ms
     return (
         f"baseOffset: {batch.base_offset} lastOffset: {batch.last_offset} "
@@ -128,6 +143,14 @@ def format_record(batch: RecordBatch, record: Record) -> str:
         if batch.base_sequence == layout.NO_SEQUENCE
         else (batch.base_sequence + record.offset - batch.base_offset) % (layout.INT32_MAX + 1)
     )
+    sizes = (
+        f"| offset: {record.offset} {_timestamp_type_name(batch)}: {record.timestamp} "
+        f"keySize: {-1 if record.key is None else len(record.key)} "
+        f"valueSize: {-1 if record.value is None else len(record.value)}"
+    )
+    if isinstance(batch, LegacyRecordBatch):
+        # v0/v1 records have no sequence and no headers (Kafka prints neither).
+        return f"{sizes} key: {_text(record.key)} payload: {_text(record.value)}"
     head = (
         f"| offset: {record.offset} {batch.timestamp_type.config_name}: {record.timestamp} "
         f"keySize: {-1 if record.key is None else len(record.key)} "

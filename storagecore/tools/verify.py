@@ -55,6 +55,9 @@ class PartitionSummary:
     size_bytes: int = 0
     first_offset: int | None = None
     next_offset: int | None = None
+    #: Batches per message format: {2: v2 batches, 1: v1 entries, 0: v0 entries} (a log dir
+    #: that has lived since Kafka 0.9/0.10 shows its legacy entries here).
+    batches_by_magic: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(slots=True)
@@ -245,6 +248,9 @@ def _verify_segment(
                 next_offset = batch.next_offset
                 valid_end = position + batch.size_bytes
                 summary.batches += 1
+                summary.batches_by_magic[batch.magic] = (
+                    summary.batches_by_magic.get(batch.magic, 0) + 1
+                )
                 summary.records += batch.records_count
         except CorruptRecordError as exc:
             report.error(path, str(exc))

@@ -65,6 +65,17 @@ def test_bench_cleaner_tiny(tmp_path: Path) -> None:
     assert " 3 round(s)" in out, out
 
 
+def test_bench_legacy_tiny(tmp_path: Path) -> None:
+    out = run_benchmark(
+        "bench_legacy.py", "--records", "3000", "--keys", "300", "--runs", "1", tmp_path=tmp_path
+    )
+    for name in ("v0 none", "v1 lz4"):
+        assert f"{name}: 3000 messages in one segment" in out, out
+    assert out.count("ours, in-process Cleaner.clean") == 2, out
+    if HAVE_JAVA:
+        assert out.count("same records kept as Kafka: yes (") == 2, out
+
+
 def test_bench_log_tiny(tmp_path: Path) -> None:
     out = run_benchmark(
         "bench_log.py", "--mib", "2", "--runs", "1", "--callgrind-mib", "1", tmp_path=tmp_path

@@ -640,7 +640,9 @@ LZ4 = build_batch([NewRecord(b"k", b"v" * 100, 1)], compression=Compression.LZ4,
             GOOD[:8] + struct.pack(">i", 20) + GOOD[12:32],
             "batch at position 0: 32 bytes, smaller than the 61-byte header",
         ),
-        (_corrupt(GOOD, 16, 1), "batch at position 0, offset 40: magic 1, only magic 2"),
+        (_corrupt(GOOD, 16, 3), "batch at position 0, offset 40: magic 3, only magic 2"),
+        # Magic 1 is a legacy message: read as one, its CRC-32 (not C) does not match.
+        (_corrupt(GOOD, 16, 1), "batch at position 0, offset 40: message at offset 40: CRC-32"),
         (
             _corrupt(GOOD, 22, 0x07, fix=True),
             "batch at position 0, offset 40: unknown compression codec id 7 (Kafka defines 0..4)",

@@ -20,6 +20,10 @@ OWN = {
     "STOP_END",
     "STOP_BATCH",
     "STOP_FULL",
+    # The legacy reader's (records/_legacy.c), checked in tests/property/test_legacy_native.py.
+    "LEGACY_HEADER_BYTES",
+    "LEGACY_OVERHEAD_V0",
+    "LEGACY_OVERHEAD_V1",
 }
 
 
