@@ -48,7 +48,6 @@ from storagecore.errors import (
 from storagecore.index import TimestampOffset
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
 from storagecore.records import layout
-from storagecore.records.crc import crc32c
 from storagecore.records.scan import append_uncompressed
 from storagecore.segment import FetchData, LogSegment
 
@@ -289,7 +288,8 @@ class LocalLog:
     ) -> ValidatedRecords | None:
         """The common append in one native call (:data:`append_uncompressed`): validated as
         :func:`validate_and_assign_offsets` does, offsets assigned, written to the active
-        segment (``written`` set), when no batch has a producer id and no roll is due. Returns
+        segment with its index entries (``written`` set), when no batch has a producer id and
+        no roll is due. Returns
         the validated batches unwritten when a producer or a roll needs the general path, and
         None (nothing written, nothing decided) when the native validation does not take the
         request: compressed or invalid batches, other settings, or a request that does not fit
@@ -311,6 +311,7 @@ class LocalLog:
         if max_timestamp_no_roll is None:
             return None
         next_offset = segment.next_offset()
+        offset_index, time_index = segment.offset_index, segment.time_index
         result = append_uncompressed(
             data,
             file.fd,
@@ -326,17 +327,27 @@ class LocalLog:
             settings.message_timestamp_after_max_ms,
             segment.base_offset,
             max_timestamp_no_roll,
-            crc32c,
+            offset_index.mapping,
+            offset_index.entries,
+            time_index.mapping,
+            time_index.entries,
+            time_index.last_timestamp,
+            segment.bytes_since_last_index_entry,
+            segment.index_interval_bytes,
+            segment.max_timestamp_so_far,
+            segment.offset_of_max_timestamp_so_far,
         )
         if result is None:
             return None
-        first, last, max_timestamp, offset_of_max, records, batches, unwritten = result
+        first, last, max_timestamp, offset_of_max, records, batches, unwritten, indexed = result
         if unwritten is not None:
             return ValidatedRecords(
                 unwritten, first, last, max_timestamp, offset_of_max, records, batches, -1
             )
         file.size_bytes = position + size  # FileRecords.append's step, done by the native write
-        segment.record_appended(position, size, last, max_timestamp, offset_of_max)
+        segment.native_appended(
+            position, size, last, max_timestamp, offset_of_max, index_entries=indexed
+        )
         return ValidatedRecords(
             data,
             first,

@@ -122,7 +122,6 @@ def validate_and_assign_offsets(
             partition_leader_epoch,
             config.message_timestamp_before_max_ms,
             config.message_timestamp_after_max_ms,
-            crc32c,
         )
         if native is not None:
             first, last, max_ts, offset_of_max, records, batches = native

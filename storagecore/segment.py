@@ -244,6 +244,35 @@ class LogSegment:
         self.bytes_since_last_index_entry += size
         self._next_offset = largest_offset + 1
 
+    def native_appended(
+        self,
+        physical_position: int,
+        size: int,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        *,
+        index_entries: int,
+    ) -> None:
+        """:meth:`record_appended` for an append whose index entries the native append wrote
+        itself (``index_entries``: 0 none, 1 the offset entry, 2 the offset and time entries,
+        each where and as :meth:`record_appended` would have written it)."""
+        if physical_position == 0:
+            self.rolling_based_timestamp = largest_timestamp
+        if largest_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = largest_timestamp
+            self.offset_of_max_timestamp_so_far = shallow_offset_of_max_timestamp
+        if index_entries:
+            base = self.base_offset
+            self.offset_index.entry_written((largest_offset - base, physical_position))
+            if index_entries == 2:
+                self.time_index.entry_written(
+                    (self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far - base)
+                )
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+        self._next_offset = largest_offset + 1
+
     def append_chunks(
         self, records: bytes | bytearray | memoryview, chunks: Sequence[AppendedChunk]
     ) -> None:

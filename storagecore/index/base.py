@@ -142,6 +142,21 @@ class AbstractIndex:
         end = (self.entries + 1) * self.entry.size
         return end <= self._reserved or end > self._length
 
+    @property
+    def mapping(self) -> mmap.mmap | None:
+        """The writable mapping of the file (None while it has no length), for the native
+        append, which writes an entry into it and then reports it with :meth:`entry_written`."""
+        return self._mmap
+
+    def entry_written(self, values: tuple[int, ...]) -> None:
+        """The entry ``values`` was written into the mapping at slot :attr:`entries` by the
+        native append, with the checks of :meth:`_write_entry` (its blocks reserved, room left,
+        the order kept); count it as appended."""
+        self.entries += 1
+        self._last = values
+        for field, column in self._columns.items():
+            column.append(values[field])
+
     def _write_entry(self, values: tuple[int, ...]) -> None:
         if self.entries >= self.max_entries:
             raise AssertionError(f"{self.path}: append to a full index ({self.entries} entries)")

@@ -42,6 +42,12 @@ class TimeIndex(AbstractIndex):
         timestamp, relative = self._last_raw()
         return TimestampOffset(timestamp, self.base_offset + relative)
 
+    @property
+    def last_timestamp(self) -> int:
+        """The last entry's timestamp, -1 when there is none (what :meth:`maybe_append`
+        compares a new entry with)."""
+        return self._last_raw()[0] if self.entries else NO_TIMESTAMP
+
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Append ``(timestamp, offset)`` if ``timestamp`` exceeds the last entry's."""
         entries = self.entries

@@ -151,22 +151,31 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
  * they differ the max timestamp, the timestamp type bit and hence the CRC):
  *
  * validate_uncompressed(out, next_offset, now_ms, client, replication, compact, max_message_bytes,
- *                       leader_epoch, before_max_ms, after_max_ms, crc32c)
+ *                       leader_epoch, before_max_ms, after_max_ms)
  *   `out` is a bytearray holding a copy of the request; the rewrites are applied to it in place.
  *
  * append_uncompressed(data, fd, position, next_offset, now_ms, client, replication, compact,
  *                     max_message_bytes, leader_epoch, before_max_ms, after_max_ms,
- *                     segment_base_offset, max_timestamp_no_roll, crc32c)
- *   Kafka's LogValidator and FileRecords.append in one call: when no batch has a producer id, the
- *   last offset is addressable from `segment_base_offset` and the request's max timestamp is at
- *   most `max_timestamp_no_roll` (what the caller's roll decision allows), writes the batches at
- *   `position` of `fd` with pwritev: each batch's rewritten 61-byte header followed by its
- *   records straight from `data`, without copying the request. Otherwise writes nothing and
- *   returns a bytearray of the rewritten bytes for the caller's general path (producer state,
- *   roll). The file gets exactly the bytes validate_uncompressed leaves in `out`.
+ *                     segment_base_offset, max_timestamp_no_roll,
+ *                     offset_index, offset_entries, time_index, time_entries, time_last_timestamp,
+ *                     bytes_since_last_index_entry, index_interval_bytes, max_timestamp_so_far,
+ *                     offset_of_max_timestamp_so_far)
+ *   Kafka's LogValidator, FileRecords.append and LogSegment.append's index entries in one call:
+ *   when no batch has a producer id, the last offset is addressable from `segment_base_offset`,
+ *   the request's max timestamp is at most `max_timestamp_no_roll` (what the caller's roll
+ *   decision allows) and the index entries it is due have room in the mappings `offset_index`
+ *   and `time_index` (mmap objects; the caller checked that their disk blocks are reserved),
+ *   writes the batches at `position` of `fd` with pwritev: each batch's rewritten 61-byte header
+ *   followed by its records straight from `data`, without copying the request; then the entries
+ *   as LogSegment.record_appended would (an offset entry when more than `index_interval_bytes`
+ *   were appended since the last one, and a time entry for the segment's max timestamp so far
+ *   when it passed `time_last_timestamp`). Otherwise writes nothing and returns a bytearray of
+ *   the rewritten bytes for the caller's general path (producer state, roll, index growth). The
+ *   file gets exactly the bytes validate_uncompressed leaves in `out`.
  *
  * Both return (first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
- * batch_count[, unwritten bytearray or None]) when every batch is uncompressed and every check of
+ * batch_count[, unwritten bytearray or None, index entries written: 0, 1 offset, 2 both]) when
+ * every batch is uncompressed and every check of
  * storagecore.log_validator passes. Otherwise they return None, change nothing, and leave the
  * decision (and the error message) to the Python reference, which is the specification. The
  * topic must use CreateTime. Field positions are those of storagecore/records/layout.py;
@@ -182,25 +191,12 @@ typedef struct {
     long long next_offset, now_ms, before_max_ms, after_max_ms;
     int client, replication, compact, leader_epoch;
     Py_ssize_t max_message_bytes;
-    /* storagecore.records.crc.crc32c, called through Python (a call costs ~3 600 instructions
-     * a batch; calling _layout.h's crc32c directly is a next step now that it runs three
-     * streams too). */
-    PyObject *crc_func;
 } validate_params_t;
 
-/* CRC-32C of base[start:end] through the Python-level crc32c function; -1 on error. */
-static long long crc_of(PyObject *crc_func, const uint8_t *base, Py_ssize_t start,
-                        Py_ssize_t end) {
-    PyObject *view =
-        PyMemoryView_FromMemory((char *)(uintptr_t)(base + start), end - start, PyBUF_READ);
-    if (view == NULL) return -1;
-    PyObject *value = PyObject_CallOneArg(crc_func, view);
-    Py_DECREF(view);
-    if (value == NULL) return -1;
-    unsigned long long crc = PyLong_AsUnsignedLongLong(value);
-    Py_DECREF(value);
-    if (PyErr_Occurred()) return -1;
-    return (long long)crc;
+/* CRC-32C of base[start:end]: _layout.h's three-stream loop, the one storagecore.records.crc
+ * exposes (a call through Python cost ~3 600 instructions a batch). */
+static inline uint32_t crc_of(const uint8_t *base, Py_ssize_t start, Py_ssize_t end) {
+    return crc32c(base + start, (size_t)(end - start));
 }
 
 typedef struct {
@@ -237,9 +233,8 @@ static int plan_uncompressed(const uint8_t *buf, Py_ssize_t end, const validate_
         int16_t attributes = get16(b + ATTRIBUTES_OFFSET);
         /* Compressed: the Python path (checked before the CRC, which that path computes). */
         if ((attributes & CODEC_MASK) != 0) return 0;
-        long long crc = crc_of(p->crc_func, buf, pos + ATTRIBUTES_OFFSET, pos + size);
-        if (crc < 0) return -1;
-        if ((uint32_t)crc != (uint32_t)get32(b + CRC_OFFSET)) return 0;
+        if (crc_of(buf, pos + ATTRIBUTES_OFFSET, pos + size) != (uint32_t)get32(b + CRC_OFFSET))
+            return 0;
         if (size > p->max_message_bytes) return 0;
         int is_control = (attributes & CONTROL_FLAG_MASK) != 0;
         int32_t last_delta = get32(b + LAST_OFFSET_DELTA_OFFSET);
@@ -319,28 +314,21 @@ static int plan_uncompressed(const uint8_t *buf, Py_ssize_t end, const validate_
 /* Apply one planned batch's rewrites to the batch's header at `b`. With `whole` (the whole batch
  * at `b`, not only its header) the CRC is recomputed when the plan says so; without it the caller
  * does that. */
-static int rewrite_header(uint8_t *b, const planned_batch_t *planned, const validate_params_t *p,
-                          int whole) {
+static void rewrite_header(uint8_t *b, const planned_batch_t *planned, const validate_params_t *p,
+                           int whole) {
     put64(b + BASE_OFFSET_OFFSET, planned->assigned);
     if (!p->replication) put32(b + PARTITION_LEADER_EPOCH_OFFSET, (uint32_t)p->leader_epoch);
     if (planned->fix_max) {
         uint16_t cleared = (uint16_t)get16(b + ATTRIBUTES_OFFSET) & (uint16_t)~TIMESTAMP_TYPE_MASK;
         put16(b + ATTRIBUTES_OFFSET, cleared);
         put64(b + MAX_TIMESTAMP_OFFSET, planned->batch_max);
-        if (whole) {
-            long long crc = crc_of(p->crc_func, b, ATTRIBUTES_OFFSET, planned->size);
-            if (crc < 0) return -1;
-            put32(b + CRC_OFFSET, (uint32_t)crc);
-        }
+        if (whole) put32(b + CRC_OFFSET, crc_of(b, ATTRIBUTES_OFFSET, planned->size));
     }
-    return 0;
 }
 
-/* 0, or -1 with an exception set (the buffer then partly rewritten). */
-static int apply_plan(uint8_t *buf, const plan_t *plan, const validate_params_t *p) {
+static void apply_plan(uint8_t *buf, const plan_t *plan, const validate_params_t *p) {
     for (Py_ssize_t i = 0; i < plan->count; i++)
-        if (rewrite_header(buf + plan->batches[i].pos, &plan->batches[i], p, 1) < 0) return -1;
-    return 0;
+        rewrite_header(buf + plan->batches[i].pos, &plan->batches[i], p, 1);
 }
 
 static PyObject *plan_result(const plan_t *plan) {
@@ -351,16 +339,17 @@ static PyObject *plan_result(const plan_t *plan) {
 static PyObject *validate_uncompressed(PyObject *self, PyObject *args) {
     PyObject *out_obj;
     validate_params_t p;
-    if (!PyArg_ParseTuple(args, "YLLpppniLLO", &out_obj, &p.next_offset, &p.now_ms, &p.client,
+    if (!PyArg_ParseTuple(args, "YLLpppniLL", &out_obj, &p.next_offset, &p.now_ms, &p.client,
                           &p.replication, &p.compact, &p.max_message_bytes, &p.leader_epoch,
-                          &p.before_max_ms, &p.after_max_ms, &p.crc_func))
+                          &p.before_max_ms, &p.after_max_ms))
         return NULL;
     uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out_obj);
     plan_t plan;
     int planned = plan_uncompressed(buf, PyByteArray_GET_SIZE(out_obj), &p, &plan);
     PyObject *result = NULL;
     if (planned == 1) {
-        if (apply_plan(buf, &plan, &p) == 0) result = plan_result(&plan);
+        apply_plan(buf, &plan, &p);
+        result = plan_result(&plan);
     } else if (planned == 0) {
         result = Py_NewRef(Py_None);
     }
@@ -419,13 +408,89 @@ static int write_plan(int fd, long long position, const uint8_t *data, const pla
     return 0;
 }
 
-static PyObject *append_planned(const uint8_t *data, int fd, long long position,
-                                const plan_t *plan, const validate_params_t *p) {
+/* Entry sizes of storagecore/index/ (OffsetIndex.entry, TimeIndex.entry; test_native_layout.py
+ * checks the exported copies). */
+#define OFFSET_INDEX_ENTRY_BYTES 8
+#define TIME_INDEX_ENTRY_BYTES 12
+
+/* The index entries of an append (LogSegment.record_appended's rule), written by the native
+ * append into the segment's memory-mapped indexes. */
+typedef struct {
+    PyObject *offset_index, *time_index; /* the mappings (mmap objects), or None */
+    Py_ssize_t offset_entries, time_entries;
+    long long time_last_timestamp; /* the time index's last timestamp, -1 when it is empty */
+    long long bytes_since, interval, max_so_far, offset_of_max_so_far;
+    /* Decided before the write: */
+    int offset_entry, time_entry;
+    long long time_timestamp, time_offset;
+    Py_buffer offset_view, time_view;
+} index_update_t;
+
+/* 1: the entries the append is due (none, or an offset entry and maybe a time entry) have room
+ * in the mappings, whose buffers are then held; 0: not (the general path grows or rolls). */
+static int index_prepare(index_update_t *ix, const plan_t *plan) {
+    ix->offset_entry = ix->time_entry = 0;
+    ix->offset_view.obj = ix->time_view.obj = NULL;
+    if (ix->bytes_since <= ix->interval) return 1; /* entries track the bytes of earlier appends */
+    ix->time_timestamp = ix->max_so_far;
+    ix->time_offset = ix->offset_of_max_so_far;
+    if (plan->max_timestamp > ix->max_so_far) {
+        ix->time_timestamp = plan->max_timestamp;
+        ix->time_offset = plan->offset_of_max;
+    }
+    ix->offset_entry = 1;
+    ix->time_entry = ix->time_timestamp > ix->time_last_timestamp;
+    if (ix->offset_index == Py_None ||
+        PyObject_GetBuffer(ix->offset_index, &ix->offset_view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        ix->offset_view.obj = NULL;
+        return 0;
+    }
+    if ((ix->offset_entries + 1) * OFFSET_INDEX_ENTRY_BYTES > ix->offset_view.len) return 0;
+    if (ix->time_entry) {
+        if (ix->time_index == Py_None ||
+            PyObject_GetBuffer(ix->time_index, &ix->time_view, PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            ix->time_view.obj = NULL;
+            return 0;
+        }
+        if ((ix->time_entries + 1) * TIME_INDEX_ENTRY_BYTES > ix->time_view.len) return 0;
+    }
+    return 1;
+}
+
+static void index_release(index_update_t *ix) {
+    if (ix->offset_view.obj != NULL) PyBuffer_Release(&ix->offset_view);
+    if (ix->time_view.obj != NULL) PyBuffer_Release(&ix->time_view);
+}
+
+/* Write the prepared entries (after the batches are in the file, as record_appended does); how
+ * many: 0, 1 (offset index) or 2 (both). OffsetIndex: int32 relative offset, int32 position;
+ * TimeIndex: int64 timestamp, int32 relative offset (storagecore/index/). */
+static int index_write(index_update_t *ix, const plan_t *plan, long long base_offset,
+                       long long position) {
+    if (!ix->offset_entry) return 0;
+    uint8_t *entry = (uint8_t *)ix->offset_view.buf + ix->offset_entries * OFFSET_INDEX_ENTRY_BYTES;
+    put32(entry, (uint32_t)(plan->last_offset - base_offset));
+    put32(entry + 4, (uint32_t)position);
+    if (!ix->time_entry) return 1;
+    entry = (uint8_t *)ix->time_view.buf + ix->time_entries * TIME_INDEX_ENTRY_BYTES;
+    put64(entry, ix->time_timestamp);
+    put32(entry + 8, (uint32_t)(ix->time_offset - base_offset));
+    return 2;
+}
+
+/* 0 when written, else -1 with an exception set (nothing written then, or the write cut back). */
+static int append_planned(const uint8_t *data, int fd, long long position, const plan_t *plan,
+                          const validate_params_t *p) {
     Py_ssize_t count = plan->count;
     uint8_t *headers = PyMem_Malloc((size_t)count * (RECORD_BATCH_OVERHEAD + sizeof(uint8_t *)));
-    if (headers == NULL) return PyErr_NoMemory();
+    if (headers == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     uint8_t **copies = (uint8_t **)(headers + count * RECORD_BATCH_OVERHEAD);
-    int failed = 0; /* 1: out of memory; -1: the CRC call raised */
+    int failed = 0; /* out of memory */
     for (Py_ssize_t i = 0; i < count; i++) {
         const planned_batch_t *planned = &plan->batches[i];
         copies[i] = NULL;
@@ -437,7 +502,7 @@ static PyObject *append_planned(const uint8_t *data, int fd, long long position,
                 continue;
             }
             memcpy(copies[i], data + planned->pos, (size_t)planned->size);
-            if (rewrite_header(copies[i], planned, p, 1) < 0) failed = -1;
+            rewrite_header(copies[i], planned, p, 1);
         } else {
             uint8_t *header = headers + i * RECORD_BATCH_OVERHEAD;
             memcpy(header, data + planned->pos, RECORD_BATCH_OVERHEAD);
@@ -452,14 +517,16 @@ static PyObject *append_planned(const uint8_t *data, int fd, long long position,
     }
     for (Py_ssize_t i = 0; i < count; i++) PyMem_Free(copies[i]);
     PyMem_Free(headers);
-    if (failed < 0) return NULL;
-    if (failed) return PyErr_NoMemory();
+    if (failed) {
+        PyErr_NoMemory();
+        return -1;
+    }
     if (error != 0) {
         errno = error;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
     }
-    return Py_BuildValue("(LLLLLnO)", plan->first_offset, plan->last_offset, plan->max_timestamp,
-                         plan->offset_of_max, plan->record_count, plan->count, Py_None);
+    return 0;
 }
 
 static PyObject *append_uncompressed(PyObject *self, PyObject *args) {
@@ -467,35 +534,46 @@ static PyObject *append_uncompressed(PyObject *self, PyObject *args) {
     int fd;
     long long position, segment_base_offset, max_timestamp_no_roll;
     validate_params_t p;
-    if (!PyArg_ParseTuple(args, "y*iLLLpppniLLLLO", &data, &fd, &position, &p.next_offset,
-                          &p.now_ms, &p.client, &p.replication, &p.compact, &p.max_message_bytes,
-                          &p.leader_epoch, &p.before_max_ms, &p.after_max_ms,
-                          &segment_base_offset, &max_timestamp_no_roll, &p.crc_func))
+    index_update_t ix;
+    if (!PyArg_ParseTuple(args, "y*iLLLpppniLLLLOnOnLLLLL", &data, &fd, &position,
+                          &p.next_offset, &p.now_ms, &p.client, &p.replication, &p.compact,
+                          &p.max_message_bytes, &p.leader_epoch, &p.before_max_ms,
+                          &p.after_max_ms, &segment_base_offset, &max_timestamp_no_roll,
+                          &ix.offset_index, &ix.offset_entries, &ix.time_index, &ix.time_entries,
+                          &ix.time_last_timestamp, &ix.bytes_since, &ix.interval, &ix.max_so_far,
+                          &ix.offset_of_max_so_far))
         return NULL;
     const uint8_t *buf = (const uint8_t *)data.buf;
     plan_t plan;
     int planned = plan_uncompressed(buf, data.len, &p, &plan);
     PyObject *result = NULL;
+    ix.offset_view.obj = ix.time_view.obj = NULL;
     if (planned == 0) {
         result = Py_NewRef(Py_None);
     } else if (planned == 1) {
         long long relative;
         int writes = !plan.has_producer && plan.max_timestamp <= max_timestamp_no_roll &&
                      !__builtin_sub_overflow(plan.last_offset, segment_base_offset, &relative) &&
-                     relative >= 0 && relative <= INT32_MAX && plan.first_offset >= segment_base_offset;
+                     relative >= 0 && relative <= INT32_MAX && plan.first_offset >= segment_base_offset &&
+                     index_prepare(&ix, &plan);
         if (writes) {
-            result = append_planned(buf, fd, position, &plan, &p);
+            if (append_planned(buf, fd, position, &plan, &p) == 0) {
+                int indexed = index_write(&ix, &plan, segment_base_offset, position);
+                result = Py_BuildValue("(LLLLLnOi)", plan.first_offset, plan.last_offset,
+                                       plan.max_timestamp, plan.offset_of_max, plan.record_count,
+                                       plan.count, Py_None, indexed);
+            }
         } else {
             PyObject *out = PyByteArray_FromStringAndSize((const char *)buf, data.len);
-            if (out != NULL && apply_plan((uint8_t *)PyByteArray_AS_STRING(out), &plan, &p) < 0)
-                Py_CLEAR(out);
             if (out != NULL) {
-                result = Py_BuildValue("(LLLLLnN)", plan.first_offset, plan.last_offset,
+                apply_plan((uint8_t *)PyByteArray_AS_STRING(out), &plan, &p);
+                result = Py_BuildValue("(LLLLLnNi)", plan.first_offset, plan.last_offset,
                                        plan.max_timestamp, plan.offset_of_max, plan.record_count,
-                                       plan.count, out);
+                                       plan.count, out, 0);
             }
         }
     }
+    index_release(&ix);
     plan_release(&plan);
     PyBuffer_Release(&data);
     return result;
@@ -560,7 +638,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     storagecore_legacy_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (add_layout_constants(m) < 0 || storagecore_legacy_constants(m) < 0) {
+    if (add_layout_constants(m) < 0 || storagecore_legacy_constants(m) < 0 ||
+        PyModule_AddIntConstant(m, "OFFSET_INDEX_ENTRY_BYTES", OFFSET_INDEX_ENTRY_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "TIME_INDEX_ENTRY_BYTES", TIME_INDEX_ENTRY_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,7 +4,8 @@ Every function and constant the module defines; tests/unit/storagecore/records/t
 checks that this list and the built module's agree.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from mmap import mmap
 
 from storagecore.records.columns_types import Decompress
 
@@ -37,6 +38,9 @@ TRANSACTIONAL_FLAG_MASK: int
 CONTROL_FLAG_MASK: int
 DELETE_HORIZON_FLAG_MASK: int
 MIN_DECLARED_BATCH_LENGTH: int
+# The index entry sizes the native append writes (storagecore/index/).
+OFFSET_INDEX_ENTRY_BYTES: int
+TIME_INDEX_ENTRY_BYTES: int
 
 def crc32c(data: bytes | bytearray | memoryview, /) -> int:
     """CRC-32C (Castagnoli) as an unsigned 32-bit int."""
@@ -57,7 +61,6 @@ def validate_uncompressed(
     leader_epoch: int,
     before_max_ms: int,
     after_max_ms: int,
-    crc32c: Callable[[memoryview], int],
     /,
 ) -> tuple[int, int, int, int, int, int] | None:
     """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
@@ -78,13 +81,23 @@ def append_uncompressed(
     after_max_ms: int,
     segment_base_offset: int,
     max_timestamp_no_roll: int,
-    crc32c: Callable[[memoryview], int],
+    offset_index: mmap | None,
+    offset_entries: int,
+    time_index: mmap | None,
+    time_entries: int,
+    time_last_timestamp: int,
+    bytes_since_last_index_entry: int,
+    index_interval_bytes: int,
+    max_timestamp_so_far: int,
+    offset_of_max_timestamp_so_far: int,
     /,
-) -> tuple[int, int, int, int, int, int, bytearray | None] | None:
+) -> tuple[int, int, int, int, int, int, bytearray | None, int] | None:
     """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
-    batch_count, unwritten): written at ``position`` of ``fd`` when ``unwritten`` is None, else
-    validated but not written (``unwritten`` holds the rewritten bytes); None: use the Python
-    path, nothing written."""
+    batch_count, unwritten, index_entries): written at ``position`` of ``fd`` with the index
+    entries it was due (``index_entries``: 0 none, 1 an offset entry, 2 an offset and a time
+    entry, at slots ``offset_entries`` and ``time_entries`` of the mappings) when ``unwritten``
+    is None, else validated but not written (``unwritten`` holds the rewritten bytes); None: use
+    the Python path, nothing written."""
 
 def decode_columns(
     region: bytes | bytearray | memoryview,

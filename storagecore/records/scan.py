@@ -9,12 +9,13 @@ The extension also offers :data:`validate_uncompressed`, a whole-request fast pa
 append validator (None without the extension): it accepts only what the Python validator
 accepts, with identical output bytes, and otherwise hands the request back to it; and
 :data:`append_uncompressed`, the same validation fused with the segment write (the log's
-common-case append, :meth:`storagecore.local_log.LocalLog.append_fast`).
+common-case append, :meth:`storagecore.local_log.LocalLog.append_native`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from mmap import mmap
 from typing import Final
 
 from storagecore.native import load_extension
@@ -23,21 +24,23 @@ from storagecore.records.scan_types import ScanResult
 
 _Scan = Callable[[bytes | memoryview, int, int], ScanResult]
 #: (out, next_offset, now_ms, client, replication, compact, max_message_bytes, leader_epoch,
-#:  before_max_ms, after_max_ms, crc32c) -> (first, last, max_ts, offset_of_max, records,
-#:  batches) or None; see storagecore/records/_native.c.
+#:  before_max_ms, after_max_ms) -> (first, last, max_ts, offset_of_max, records, batches) or
+#:  None; see storagecore/records/_native.c.
 ValidateUncompressed = Callable[
-    [bytearray, int, int, bool, bool, bool, int, int, int, int, Callable[..., int]],
+    [bytearray, int, int, bool, bool, bool, int, int, int, int],
     tuple[int, int, int, int, int, int] | None,
 ]
 #: (data, fd, position, next_offset, now_ms, client, replication, compact, max_message_bytes,
 #:  leader_epoch, before_max_ms, after_max_ms, segment_base_offset, max_timestamp_no_roll,
-#:  crc32c) ->
-#:  (first, last, max_ts, offset_of_max, records, batches, unwritten bytes or None) or None; see
-#:  storagecore/records/_native.c.
+#:  offset_index, offset_entries, time_index, time_entries, time_last_timestamp,
+#:  bytes_since_last_index_entry, index_interval_bytes, max_timestamp_so_far,
+#:  offset_of_max_timestamp_so_far) ->
+#:  (first, last, max_ts, offset_of_max, records, batches, unwritten bytes or None,
+#:  index entries written) or None; see storagecore/records/_native.c.
 AppendUncompressed = Callable[
     [bytes | bytearray | memoryview, int, int, int, int, bool, bool, bool, int, int, int, int,
-     int, int, Callable[..., int]],
-    tuple[int, int, int, int, int, int, bytearray | None] | None,
+     int, int, mmap | None, int, mmap | None, int, int, int, int, int, int],
+    tuple[int, int, int, int, int, int, bytearray | None, int] | None,
 ]  # fmt: skip
 
 

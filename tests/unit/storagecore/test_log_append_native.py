@@ -55,7 +55,7 @@ class _Spy:
         assert append_uncompressed is not None
         self.calls += 1
         result = append_uncompressed(*args)
-        if result is not None and result[-1] is None:
+        if result is not None and result[6] is None:
             self.written += 1
         return result
 
@@ -250,6 +250,46 @@ def test_ordinary_appends_take_the_native_append(tmp_path: Path, spy: _Spy) -> N
     assert [r.offset for r in log.records()] == list(range(20))
     assert log.active_segment.offset_index.entries == 3  # one per append after the first
     log.close()
+
+
+def test_native_appends_write_the_index_entries_of_the_general_path(
+    tmp_path: Path, spy: _Spy
+) -> None:
+    """The native append writes each due offset and time entry into the mappings itself; the
+    entries, the searched columns built before those appends, and lookups by offset and by
+    time are those of the general path's LogSegment.append."""
+    config = LogConfig(index_interval_bytes=100)
+    logs = [
+        Log.open(tmp_path / f"{name}" / "topic-0", config, ManualClock(START_MS)) for name in "ng"
+    ]
+    for step in range(12):
+        # Timestamps that go down and up: some appends are due a time entry, some are not.
+        data = _ordinary(3, START_MS + step * 10 - (step % 3) * 25)
+        logs[0].append(data)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(local_log, "append_uncompressed", None)
+            logs[1].append(data)
+        if step == 5:  # the lookup columns, built now, are extended by the next appends
+            for log in logs:
+                log.active_segment.offset_index.lookup(7)
+                log.active_segment.time_index.lookup(START_MS + 20)
+    assert spy.written == 11  # the second append reserves the index blocks on the general path
+    native, general = (log.active_segment for log in logs)
+    for index in ("offset_index", "time_index"):
+        ours, theirs = getattr(native, index), getattr(general, index)
+        assert ours.entries == theirs.entries >= 3
+        assert [ours.entry_at(n) for n in range(ours.entries)] == [
+            theirs.entry_at(n) for n in range(theirs.entries)
+        ]
+    for offset in range(36):
+        assert native.offset_index.lookup(offset) == general.offset_index.lookup(offset)
+    for timestamp in range(START_MS - 35, START_MS + 130, 5):
+        assert logs[0].offset_for_timestamp(timestamp) == logs[1].offset_for_timestamp(timestamp)
+        assert native.time_index.lookup(timestamp) == general.time_index.lookup(timestamp)
+    for log in logs:
+        log.close()
+    assert (tmp_path / "n" / "topic-0").is_dir()
+    assert _files(tmp_path / "n" / "topic-0") == _files(tmp_path / "g" / "topic-0")
 
 
 def test_producer_batches_and_rolls_take_the_general_path(tmp_path: Path, spy: _Spy) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from storagecore.index import OffsetIndex, TimeIndex
 from storagecore.native import load_extension
 from storagecore.records import layout
 
@@ -24,6 +25,8 @@ OWN = {
     "LEGACY_HEADER_BYTES",
     "LEGACY_OVERHEAD_V0",
     "LEGACY_OVERHEAD_V1",
+    "OFFSET_INDEX_ENTRY_BYTES",
+    "TIME_INDEX_ENTRY_BYTES",
 }
 
 
@@ -37,3 +40,12 @@ def test_layout_copies_agree(name: str) -> None:
     assert len(exported) == 24, exported
     for constant in exported:
         assert getattr(module, constant) == getattr(layout, constant), constant
+
+
+def test_index_entry_sizes_agree() -> None:
+    """The native append writes index entries of storagecore/index/'s sizes."""
+    module = load_extension("storagecore.records._native")
+    if module is None:
+        pytest.skip("storagecore.records._native not loaded")
+    assert OffsetIndex.entry.size == module.OFFSET_INDEX_ENTRY_BYTES
+    assert TimeIndex.entry.size == module.TIME_INDEX_ENTRY_BYTES

@@ -70,7 +70,6 @@ def native_path(data: bytes, config: LogConfig, origin: AppendOrigin, next_offse
         7,
         config.message_timestamp_before_max_ms,
         config.message_timestamp_after_max_ms,
-        crc32c,
     )
     return None if result is None else (bytes(out), *result)
 
