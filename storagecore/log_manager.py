@@ -16,7 +16,6 @@ of a log dir (DESIGN invariant 5).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import fcntl
@@ -301,17 +300,27 @@ class LogManager:
                 on_disk_full=self.note_disk_full,
             )
 
+        if len(jobs) <= 1 or self.recovery_threads_per_dir <= 1:
+            # One log (a `logkeeper clean` of one partition) needs no pool: its threads and
+            # the import of concurrent.futures would be all it adds.
+            self._add_loaded(map(load, jobs))
+            return
+        import concurrent.futures  # noqa: PLC0415 - on first use (see above)
+
         with concurrent.futures.ThreadPoolExecutor(
             max_workers=self.recovery_threads_per_dir, thread_name_prefix="log-recovery"
         ) as pool:
-            for log in pool.map(load, jobs):
-                existing = self._logs.get(log.tp)
-                if existing is not None:
-                    raise StorageError(
-                        f"duplicate log directories for {log.tp}: {existing.directory} and "
-                        f"{log.directory}"
-                    )
-                self._logs[log.tp] = log
+            self._add_loaded(pool.map(load, jobs))
+
+    def _add_loaded(self, logs: Iterable[Log]) -> None:
+        for log in logs:
+            existing = self._logs.get(log.tp)
+            if existing is not None:
+                raise StorageError(
+                    f"duplicate log directories for {log.tp}: {existing.directory} and "
+                    f"{log.directory}"
+                )
+            self._logs[log.tp] = log
 
     # -- logs ----------------------------------------------------------------------------------
     def get_log(self, tp: TopicPartition) -> Log:

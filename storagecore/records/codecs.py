@@ -16,12 +16,11 @@ Decompressed output is bounded by ``max_output_bytes`` so a hostile batch cannot
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 import zlib
+from types import ModuleType
 from typing import Final
-
-import lz4.frame
-import zstandard
 
 from storagecore.errors import CorruptRecordError, UnsupportedCompressionError
 
@@ -72,9 +71,27 @@ _XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 _XERIAL_HEADER: Final = struct.Struct(">8sii")  # magic, version, min compatible version
 _XERIAL_BLOCK_LENGTH: Final = struct.Struct(">i")
 _XERIAL_BLOCK_INPUT_BYTES: Final = 32 * 1024
-_LZ4_BLOCK_SIZE: Final = lz4.frame.BLOCKSIZE_MAX64KB
 _LZ4_KAFKA_DEFAULT_LEVEL: Final = 9
 assert _XERIAL_HEADER.size == 16
+
+
+@functools.cache
+def _lz4_frame() -> ModuleType:
+    """``lz4.frame``, imported on first use (as cramjam): a process that meets no lz4 batch,
+    like ``logkeeper clean`` of an uncompressed log, does not pay for the import."""
+    import lz4.frame  # noqa: PLC0415
+
+    module: ModuleType = lz4.frame
+    return module
+
+
+@functools.cache
+def _zstandard() -> ModuleType:
+    """``zstandard``, imported on first use (see :func:`_lz4_frame`)."""
+    import zstandard  # noqa: PLC0415
+
+    module: ModuleType = zstandard
+    return module
 
 
 def compress(codec: Compression, data: bytes | memoryview, level: int | None = None) -> bytes:
@@ -101,10 +118,10 @@ def compress(codec: Compression, data: bytes | memoryview, level: int | None = N
         # lz4-java's fast compressor for the default level, HC otherwise (Kafka KIP-390).
         frame_level = 0 if lz4_level == _LZ4_KAFKA_DEFAULT_LEVEL else lz4_level
         return bytes(
-            lz4.frame.compress(
+            _lz4_frame().compress(
                 data,
                 compression_level=frame_level,
-                block_size=_LZ4_BLOCK_SIZE,
+                block_size=_lz4_frame().BLOCKSIZE_MAX64KB,
                 block_linked=False,
                 content_checksum=False,
                 store_size=False,
@@ -113,7 +130,7 @@ def compress(codec: Compression, data: bytes | memoryview, level: int | None = N
     if codec is Compression.ZSTD:
         zstd_level = DEFAULT_LEVELS[codec] if level is None else level
         return bytes(
-            zstandard.ZstdCompressor(level=zstd_level, write_content_size=False).compress(data)
+            _zstandard().ZstdCompressor(level=zstd_level, write_content_size=False).compress(data)
         )
     raise AssertionError(f"unhandled codec {codec!r}")
 
@@ -192,7 +209,7 @@ def _unsnappy(data: bytes, max_output_bytes: int) -> bytes:
 def _unlz4(data: bytes, max_output_bytes: int) -> bytes:
     # Ask for output in growing steps: LZ4FrameDecompressor preallocates max_length, so asking
     # for the whole bound at once costs more than the decompression itself.
-    decompressor = lz4.frame.LZ4FrameDecompressor()
+    decompressor = _lz4_frame().LZ4FrameDecompressor()
     step = min(max_output_bytes + 1, max(1 << 16, len(data) * 8))
     parts = [decompressor.decompress(data, max_length=step)]
     total = len(parts[0])
@@ -211,7 +228,7 @@ def _unlz4(data: bytes, max_output_bytes: int) -> bytes:
 def _unzstd(data: bytes, max_output_bytes: int) -> bytes:
     out = bytearray()
     while data:
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        decompressor = _zstandard().ZstdDecompressor().decompressobj()
         out += decompressor.decompress(data)
         _check_size("zstd", len(out), max_output_bytes)
         if not decompressor.eof:
