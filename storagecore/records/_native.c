@@ -584,6 +584,7 @@ PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
 void storagecore_columns_init(void);
 /* _headers.c */
 PyObject *storagecore_producer_batches(PyObject *self, PyObject *args);
+PyObject *storagecore_producer_batches_file(PyObject *self, PyObject *args);
 /* _legacy.c */
 PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args);
 PyObject *storagecore_check_legacy_entry(PyObject *self, PyObject *args);
@@ -627,6 +628,9 @@ static PyMethodDef methods[] = {
      "[(offset, timestamp, key, value)] | problem"},
     {"check_legacy_entry", storagecore_check_legacy_entry, METH_VARARGS,
      "check_legacy_entry(entry) -> problem | None"},
+    {"producer_batches_file", storagecore_producer_batches_file, METH_VARARGS,
+     "producer_batches_file(fd, start, end) -> (consumed, next_offset, positions, problem, "
+     "problem_value)"},
     {NULL, NULL, 0, NULL},
 };
 

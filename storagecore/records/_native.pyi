@@ -137,3 +137,10 @@ def decode_legacy_set(
 
 def check_legacy_entry(entry: bytes | bytearray | memoryview, /) -> str | None:
     """What is wrong with one legacy entry, or None: see _legacy.c."""
+
+def producer_batches_file(
+    fd: int, start: int, end: int, /
+) -> tuple[int, int, bytes, bytes, int, int]:
+    """(consumed, next_offset, positions, headers, problem, problem_value): producer_batches
+    over the file's bytes [start, end), read with pread; consumed and the positions are file
+    positions, headers the 61-byte headers of those batches: see _headers.c."""

@@ -242,6 +242,15 @@ class FileRecords:
         says COMMIT or ABORT). Framing and its errors are :meth:`header_views`'; the others
         are skipped in one native call per chunk (:mod:`storagecore.records.producer_walk`)."""
         end = self.size_bytes
+        walk_file = producer_walk.producer_batches_file
+        if walk_file is not None:
+            # One native call that reads only the headers of large batches (a chunked read
+            # would copy every record of the log to look at its headers).
+            consumed, _next, found, headers, problem, value = walk_file(self._fd, start, end)
+            for index, (position,) in enumerate(_POSITION.iter_unpack(found)):
+                yield self._producer_batch(headers, index * layout.RECORD_BATCH_OVERHEAD, position)
+            self._raise_walk_problem(problem, consumed, value)
+            return
         position = start
         while end - position >= layout.HEADER_SIZE_UP_TO_MAGIC:
             chunk = self.read(position, min(_READ_CHUNK_BYTES, end - position))
@@ -249,16 +258,7 @@ class FileRecords:
             for (rel,) in _POSITION.iter_unpack(found):
                 yield self._producer_batch(chunk, rel, position + rel)
             position += consumed
-            if problem == producer_walk.PROBLEM_SHORT_LENGTH:
-                raise CorruptRecordError(
-                    f"{self.path}: batch at position {position} declares length {value} "
-                    f"(minimum {layout.MIN_DECLARED_BATCH_LENGTH})"
-                )
-            if problem == producer_walk.PROBLEM_SHORT_V2:
-                raise CorruptRecordError(
-                    f"{self.path}: batch at position {position} is {value} bytes, smaller "
-                    f"than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
-                )
+            self._raise_walk_problem(problem, position, value)
             if consumed:
                 continue  # the next chunk starts at the batch this one cut
             # A batch larger than a chunk, or a torn tail: its header decides.
@@ -275,6 +275,19 @@ class FileRecords:
                 if _INT64.unpack_from(head, layout.PRODUCER_ID_OFFSET)[0] != layout.NO_PRODUCER_ID:
                     yield self._producer_batch(head, 0, position)
             position += header.size_bytes
+
+    def _raise_walk_problem(self, problem: int, position: int, value: int) -> None:
+        """The reference's error for a producer walk that stopped at ``position``."""
+        if problem == producer_walk.PROBLEM_SHORT_LENGTH:
+            raise CorruptRecordError(
+                f"{self.path}: batch at position {position} declares length {value} "
+                f"(minimum {layout.MIN_DECLARED_BATCH_LENGTH})"
+            )
+        if problem == producer_walk.PROBLEM_SHORT_V2:
+            raise CorruptRecordError(
+                f"{self.path}: batch at position {position} is {value} bytes, smaller "
+                f"than the {layout.RECORD_BATCH_OVERHEAD}-byte header"
+            )
 
     def _producer_batch(self, chunk: bytes, rel: int, position: int) -> RecordBatch:
         header = chunk[rel : rel + layout.RECORD_BATCH_OVERHEAD]

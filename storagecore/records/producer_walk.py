@@ -16,10 +16,16 @@ from storagecore.native import load_extension
 from storagecore.records import _headers_py
 
 ProducerBatches = Callable[[bytes | bytearray | memoryview], tuple[int, int, bytes, int, int]]
+ProducerBatchesFile = Callable[[int, int, int], tuple[int, int, bytes, bytes, int, int]]
 
 _NATIVE = load_extension("storagecore.records._native")
 producer_batches: Final[ProducerBatches] = (
     _headers_py.producer_batches if _NATIVE is None else _NATIVE.producer_batches
+)
+#: The same walk over a file's bytes [start, end), reading only the headers of large batches
+#: (None without the extension; the reference reads the file in chunks for producer_batches).
+producer_batches_file: Final[ProducerBatchesFile | None] = (
+    None if _NATIVE is None else _NATIVE.producer_batches_file
 )
 PROBLEM_SHORT_LENGTH: Final = _headers_py.PROBLEM_SHORT_LENGTH
 PROBLEM_SHORT_V2: Final = _headers_py.PROBLEM_SHORT_V2

@@ -45,10 +45,25 @@ def _legacy_entry(offset: int, size: int) -> bytes:
 
 
 @st.composite
-def regions(draw: st.DrawFn) -> bytes:
+def regions(draw: st.DrawFn, kinds: str = "pdcl") -> bytes:
+    """Batches of the kinds: p with a producer, d without, c control, l legacy; B and P large
+    (4-100 KB: past the native file walk's 4 KiB hop and 64 KiB window), without and with a
+    producer."""
     parts: list[bytes] = []
     offset = 0
-    for kind in draw(st.lists(st.sampled_from("pdcl"), max_size=12)):
+    for kind in draw(st.lists(st.sampled_from(kinds), max_size=12)):
+        if kind in "BP":
+            size = draw(st.integers(4 << 10, 100 << 10))
+            producer = {"producer_id": 5, "producer_epoch": 0} if kind == "P" else {}
+            parts.append(
+                build_batch(
+                    [NewRecord(key=b"k", value=bytes(size))],
+                    base_offset=offset,
+                    **producer,  # type: ignore[arg-type]
+                )
+            )
+            offset += 1
+            continue
         if kind == "l":
             parts.append(_legacy_entry(offset, draw(st.integers(26, 80))))
             offset += 1
@@ -96,6 +111,30 @@ def test_native_and_reference_agree(region: bytes) -> None:
     assert _native.producer_batches(region) == _headers_py.producer_batches(region)
 
 
+@needs_native
+@settings(max_examples=200, deadline=None)
+@given(region=regions("pdclBP"), start=st.integers(0, 70_000))
+def test_native_file_walk_agrees_with_the_region_walk(
+    tmp_path_factory: pytest.TempPathFactory, region: bytes, start: int
+) -> None:
+    """producer_batches_file over [start, start + len) of a file holding the region there (and
+    more bytes after it, which the walk must not read as batches) gives the region walk's
+    answer in file positions, with each found batch's 61-byte header."""
+    assert _native is not None
+    path = tmp_path_factory.mktemp("walk") / "00000000000000000000.log"
+    path.write_bytes(b"\xff" * start + region + b"\x00" * 100)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        walked = _native.producer_batches_file(fd, start, start + len(region))
+    finally:
+        os.close(fd)
+    consumed, next_offset, found, problem, value = _native.producer_batches(region)
+    positions = [p for (p,) in struct.iter_unpack("=q", found)]
+    headers = b"".join(region[p : p + layout.RECORD_BATCH_OVERHEAD] for p in positions)
+    shifted = b"".join(struct.pack("=q", start + p) for p in positions)
+    assert walked == (start + consumed, next_offset, shifted, headers, problem, value)
+
+
 def test_the_walk_reports_producer_batches_and_stops_at_what_it_cannot_frame() -> None:
     plain = build_batch([NewRecord(key=b"a", value=b"1")], base_offset=0)
     produced = build_batch(
@@ -115,9 +154,12 @@ def test_the_walk_reports_producer_batches_and_stops_at_what_it_cannot_frame() -
     assert (consumed, found, problem, value) == (len(plain), b"", 1, 3)
 
 
-@pytest.fixture
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of 300 bytes: batches cross chunk ends and some are larger than a chunk."""
+@pytest.fixture(params=["native file walk", "chunks"])
+def small_chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FileRecords' walk as it runs (the native file walk where it is built), and its chunked
+    walk in chunks of 300 bytes: batches cross chunk ends and some are larger than a chunk."""
+    if request.param == "chunks":
+        monkeypatch.setattr(producer_walk, "producer_batches_file", None)
     monkeypatch.setattr(file_records, "_READ_CHUNK_BYTES", 300)
 
 
