@@ -69,14 +69,21 @@ static inline void put16(uint8_t *p, uint16_t v) {
 
 /* Kafka's ByteUtils.readVarint / readVarlong: at most 5 / 10 bytes, bits beyond 32 / 64
  * dropped; 0 on success, -1 on a truncated or overlong encoding (also when *pos >= limit). The
- * same rules as storagecore/records/varint.py. Most varints in a record are one byte: that case
- * returns early. */
+ * same rules as storagecore/records/varint.py. Most varints in a record are one or two bytes:
+ * those cases return early (the first byte of a two-byte one has its high bit set, or the
+ * one-byte case would have taken it). */
 static inline __attribute__((always_inline)) int read_varint(const uint8_t *buf,
                                                              ptrdiff_t *pos, ptrdiff_t limit,
                                                              int64_t *out) {
     if (*pos < limit && !(buf[*pos] & 0x80)) {
         uint32_t b = buf[(*pos)++];
         *out = (int64_t)(int32_t)((b >> 1) ^ (uint32_t)(-(int32_t)(b & 1)));
+        return 0;
+    }
+    if (limit - *pos >= 2 && !(buf[*pos + 1] & 0x80)) { /* two bytes: a record's length */
+        uint32_t v = (uint32_t)(buf[*pos] & 0x7F) | ((uint32_t)buf[*pos + 1] << 7);
+        *pos += 2;
+        *out = (int64_t)(int32_t)((v >> 1) ^ (uint32_t)(-(int32_t)(v & 1)));
         return 0;
     }
     uint32_t value = 0;
@@ -100,6 +107,12 @@ static inline __attribute__((always_inline)) int read_varlong(const uint8_t *buf
     if (*pos < limit && !(buf[*pos] & 0x80)) {
         uint64_t b = buf[(*pos)++];
         *out = (int64_t)((b >> 1) ^ (uint64_t)(-(int64_t)(b & 1)));
+        return 0;
+    }
+    if (limit - *pos >= 2 && !(buf[*pos + 1] & 0x80)) { /* two bytes: a timestamp delta */
+        uint64_t v = (uint64_t)(buf[*pos] & 0x7F) | ((uint64_t)buf[*pos + 1] << 7);
+        *pos += 2;
+        *out = (int64_t)((v >> 1) ^ (uint64_t)(-(int64_t)(v & 1)));
         return 0;
     }
     uint64_t value = 0;

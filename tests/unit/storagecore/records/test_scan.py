@@ -122,3 +122,30 @@ def test_offset_deltas_out_of_sequence() -> None:
     assert not _scan_py.scan_records(payload, count, base_ts).offsets_sequential
     if _native is not None:
         assert not native(payload, count, base_ts).offsets_sequential
+
+
+@needs_native
+@given(
+    first=st.integers(0x80, 0xFF),
+    second=st.integers(0, 0xFF),
+    cut=st.integers(0, 3),
+    where=st.sampled_from(["length", "timestamp", "key length", "value length"]),
+)
+def test_two_byte_varints_agree(first: int, second: int, cut: int, where: str) -> None:
+    """The native varint reads take two-byte encodings early (_layout.h): every two-byte pair,
+    as a record's length, timestamp delta, key or value length, whole or cut at the body's
+    end, reads as the reference reads it."""
+    pair = bytes([first, second])
+    key, value = b"k", b"v"
+    fields = {
+        "timestamp": pair if where == "timestamp" else b"\x00",
+        "key length": pair if where == "key length" else b"\x02",
+        "value length": pair if where == "value length" else b"\x02",
+    }
+    body = (
+        b"\x00" + fields["timestamp"] + b"\x00" + fields["key length"] + key
+        + fields["value length"] + value + b"\x00"
+    )  # fmt: skip
+    length = pair if where == "length" else bytes([len(body) * 2])
+    payload = (length + body)[: max(0, len(length + body) - cut)]
+    assert native(payload, 1, 0) == _scan_py.scan_records(payload, 1, 0)
