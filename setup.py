@@ -30,6 +30,7 @@ setup(
             "storagecore.records._native",
             [
                 "storagecore/records/_native.c",
+                "storagecore/records/_append.c",
                 "storagecore/records/_columns.c",
                 "storagecore/records/_headers.c",
                 "storagecore/records/_legacy.c",
@@ -38,6 +39,7 @@ setup(
                 "storagecore/records/_layout.h",
                 "storagecore/records/_walker.h",
                 "storagecore/records/_legacy.h",
+                "storagecore/records/_scan.h",
             ],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),
@@ -53,6 +55,7 @@ setup(
                 "storagecore/cleaner/_cleaner_region.h",
                 "storagecore/cleaner/_cleaner_legacy.h",
                 "storagecore/records/_legacy.h",
+                "storagecore/records/_scan.h",
             ],
             extra_compile_args=["-O3", "-Wall", "-Werror"],
         ),
