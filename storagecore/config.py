@@ -17,8 +17,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
-import yaml
-
 from storagecore.errors import ConfigError
 
 LONG_MAX: Final = 2**63 - 1
@@ -405,6 +403,8 @@ def parse_topic_manifests(text: str, *, source: str = "<topics>") -> dict[str, T
     Objects of other kinds (a StorageVolume in the same file) are skipped; two Topics with the
     same topic name are an error.
     """
+    import yaml  # noqa: PLC0415 -- only the manifest readers need it; `logkeeper clean` does not
+
     try:
         documents = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
