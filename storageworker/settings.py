@@ -12,6 +12,7 @@ The file holds either a whole ``StorageVolume`` manifest (its ``spec`` is read a
     compactionWindows:
       timeZone: Europe/Paris
       windows: ["22:00-06:00"]
+    clientTopicPrefixes: ["wordcount-", "connect-"]  # topics Kafka clients may create
     worker:
       flushCheckIntervalMs: 1000
       ...
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -40,6 +42,7 @@ import yaml
 from storagecore.config import (
     DEDUPE_BUFFER_SIZE_DEFAULT,
     DEDUPE_BUFFER_SIZE_MIN_PER_THREAD,
+    MAX_TOPIC_NAME_LENGTH,
     CleanerConfig,
     check_dedupe_buffer_size,
 )
@@ -92,6 +95,12 @@ class WorkerSettings:
     """``minFreeBytes``: below this many free bytes in a data directory, produce requests are
     refused (retriable KAFKA_STORAGE_ERROR) before the disk fills; None: the smaller of 5% of
     the filesystem and 512 MiB (:func:`storagecore.disk_space.default_floor`)."""
+
+    client_topic_prefixes: tuple[str, ...] = ()
+    """``clientTopicPrefixes``: Kafka clients may create, grow, reconfigure and delete topics
+    whose names start with one of these (CreateTopics, CreatePartitions,
+    IncrementalAlterConfigs, DeleteTopics; :mod:`storageworker.client_topics`). Empty (the
+    default): off, every such call is refused with POLICY_VIOLATION. ``""`` allows any name."""
 
     def cleaner_config(self) -> CleanerConfig:
         return CleanerConfig(
@@ -169,6 +178,9 @@ def parse_settings(data: Any, *, source: str = "<settings>") -> VolumeSettings:
         if key == "compactionWindows":
             values["compaction_windows"] = _windows(value, f"{source}: compactionWindows")
             continue
+        if key == "clientTopicPrefixes":
+            values["client_topic_prefixes"] = _prefixes(value, f"{source}: clientTopicPrefixes")
+            continue
         if key in _SECTIONS:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{source}: {key} must be a mapping")
@@ -198,7 +210,11 @@ def parse_settings(data: Any, *, source: str = "<settings>") -> VolumeSettings:
 def _set(values: dict[str, Any], key: tuple[str | None, str], value: Any, where: str) -> None:
     entry = _FIELDS.get(key)
     if entry is None:
-        known = [*sorted(f"{s}.{k}" if s else k for s, k in _FIELDS), "compactionWindows"]
+        known = [
+            *sorted(f"{s}.{k}" if s else k for s, k in _FIELDS),
+            "compactionWindows",
+            "clientTopicPrefixes",
+        ]
         raise ConfigError(f"{where}: unknown setting (known: {', '.join(known)})")
     field, kind, minimum = entry
     if kind is str:
@@ -207,6 +223,24 @@ def _set(values: dict[str, Any], key: tuple[str | None, str], value: Any, where:
         values[field] = value
     else:
         values[field] = _number(value, kind, minimum, where)
+
+
+def _prefixes(value: Any, where: str) -> tuple[str, ...]:
+    """A list of topic-name prefixes: Kafka's topic name characters only, at most 249."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ConfigError(f'{where}: expected a list of name prefixes, e.g. ["wordcount-"]')
+    for prefix in value:
+        if len(prefix) > MAX_TOPIC_NAME_LENGTH or not _PREFIX_RE.match(prefix):
+            raise ConfigError(
+                f"{where}: prefix {prefix!r} is not the start of a valid topic name "
+                f"([a-zA-Z0-9._-], at most {MAX_TOPIC_NAME_LENGTH} characters)"
+            )
+    return tuple(dict.fromkeys(value))
+
+
+_PREFIX_RE: Final = re.compile(r"^[a-zA-Z0-9._-]*$")
 
 
 def _windows(value: Any, where: str) -> CompactionWindows:

@@ -48,6 +48,7 @@ def partition_status(
         "topic": tp.topic,
         "partition": tp.partition,
         "internal": tp.topic in worker.internal_topics,
+        "clientTopic": tp.topic in worker.topics and tp.topic not in worker.declared,
         "dir": str(log.parent_dir),
         "offline": log.offline,
         "logStartOffset": log.log_start_offset,
@@ -143,6 +144,16 @@ def volume_status(worker: Worker) -> dict[str, Any]:
         "compactionWindowOpen": settings.compaction_windows.is_open(now),
         "topics": sorted(worker.topics),
         "internalTopics": sorted(worker.internal_topics),
+        "clientTopics": {
+            "prefixes": list(settings.client_topic_prefixes),
+            "store": str(worker.client_topics.path),
+            "error": worker.client_topics.error,
+            "topics": [
+                topic.as_json()
+                for name, topic in sorted(worker.client_topics.topics().items())
+                if name not in worker.declared
+            ],
+        },
         "orphanedLogs": list(worker.orphans),
         "undeclaredPartitions": list(worker.extra_partitions),
         "dirs": [],

@@ -35,6 +35,7 @@ from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition, TopicSpec
 from storagecore.errors import ConfigError, StorageError
 from storagecore.log_manager import LogManager
+from storageworker.client_topics import CLIENT_TOPICS_FILE, ClientTopicStore
 from storageworker.controls import (
     COMPACT_NOW,
     RETRY_UNCLEANABLE,
@@ -105,11 +106,17 @@ class Worker:
         self.settings_listeners: list[Callable[[WorkerSettings, WorkerSettings], None]] = []
         #: The transaction coordinator's status (set by the Kafka listener when it serves one).
         self.transactions_status: Callable[[], dict[str, Any]] | None = None
+        #: Topics Kafka clients created (``clientTopicPrefixes``), loaded at start.
+        self.client_topics = ClientTopicStore(self.data_dirs[0] / CLIENT_TOPICS_FILE)
+        #: The Topic resources' topics and the internal ones: what the files declare.
+        self.declared: dict[str, TopicSpec] = {}
+        #: Everything served: ``declared``, then the client topics no resource declares.
         self.topics: dict[str, TopicSpec] = {}
         self._previous_topics: dict[str, TopicSpec] = {}
         self._reload_topics(initial=True)
         for name, spec in self.internal_topics.items():
-            self.topics.setdefault(name, spec)  # even when the topic file is broken
+            self.declared.setdefault(name, spec)  # even when the topic file is broken
+            self.topics.setdefault(name, spec)
         self.holds = ApiHolds()
         # Per request annotation: the value last acted on, per scope (a topic, or VOLUME).
         self._tokens_seen: dict[str, dict[str, str]] = {}
@@ -185,12 +192,34 @@ class Worker:
         status.error = status.error_since_ms = None
         status.loaded_ms = self.clock.milliseconds()
         with self._lock:
-            previous, self.topics = self.topics, topics
+            self.declared = topics
+            previous, self.topics = self.topics, self._merged(topics)
         if not initial:
             self.counters.reloads += 1
             logger.info("Topic set reloaded: %d topics", len(topics))
         self._previous_topics = previous
         return True
+
+    def _merged(self, declared: dict[str, TopicSpec]) -> dict[str, TopicSpec]:
+        """``declared`` and the client topics none of them declares. A client topic that a
+        Topic resource now declares is adopted: the store forgets it, the resource owns it."""
+        store = self.client_topics
+        if store.loaded:
+            try:
+                store.adopt(declared)
+            except OSError as exc:  # retried at the next reload; the resource wins meanwhile
+                logger.error("Adopting client topics: cannot write %s: %s", store.path, exc)
+        merged = {
+            name: topic.spec() for name, topic in store.topics().items() if name not in declared
+        }
+        merged.update(declared)
+        return merged
+
+    def refresh_client_topics(self) -> None:
+        """Take the client topic store's content into the topic set and apply it."""
+        with self._lock:
+            self.topics = self._merged(self.declared)
+        self.apply_topics()
 
     def _reload_settings(self) -> bool:
         if self.settings_path is None:
@@ -271,6 +300,9 @@ class Worker:
         )
         self.external_rounds = ExternalRounds(manager, self.cleaner, self.clock)
         self._previous_topics = {}
+        self.client_topics.load()
+        with self._lock:
+            self.topics = self._merged(self.declared)
         self.apply_topics()
         tasks = {
             "retention": self._run_retention,

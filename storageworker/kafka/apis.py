@@ -30,7 +30,9 @@ DescribeConfigs    32   1-4       topic configs (Kafka's keys and values)
 SaslAuthenticate   36   0-2
 =================  ===  ========  ===========================================================
 
-Unknown topics answer UNKNOWN_TOPIC_OR_PARTITION; topics are never created by a request.
+The Admin API's topic calls (CreateTopics, DeleteTopics, CreatePartitions,
+IncrementalAlterConfigs) are :mod:`storageworker.kafka.admin_topics`'s. Unknown topics answer
+UNKNOWN_TOPIC_OR_PARTITION; Metadata never creates a topic.
 Records are appended through storagecore's leader path (:meth:`storagecore.log.Log.append`),
 which validates them exactly as Kafka's broker does; its errors map to Kafka's codes.
 """

@@ -25,6 +25,7 @@ from storageworker.kafka.counters import KafkaCounters
 from storageworker.kafka.offset_records import OFFSETS_TOPIC
 from storageworker.kafka.producers import ProducerIds
 from storageworker.kafka.transaction_coordinator import TransactionCoordinator
+from storageworker.topic_admin import TopicAdmin
 from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class WorkerBroker:
         self.node_id = node_id
         self.cluster_id = "logkeeper"
         self.producer_ids = ProducerIds()
+        #: CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs.
+        self.topic_admin = TopicAdmin(worker)
         self.counters: KafkaCounters | None = None
         self.on_append: Callable[[], None] = lambda: None
         self.transactions: TransactionCoordinator | None = None

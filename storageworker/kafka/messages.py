@@ -24,6 +24,7 @@ from storageworker.kafka.group_messages import (
     SYNC_GROUP,
 )
 from storageworker.kafka.schema import Message, f, message
+from storageworker.kafka.topic_admin_messages import TOPIC_ADMIN_MESSAGES
 from storageworker.kafka.txn_messages import TXN_MESSAGES
 
 INT32_MIN: Final = -(1 << 31)
@@ -444,5 +445,6 @@ MESSAGES: Final[dict[int, Message]] = {
         DESCRIBE_CONFIGS,
         SASL_AUTHENTICATE,
         *TXN_MESSAGES,
+        *TOPIC_ADMIN_MESSAGES,
     )
 }

@@ -30,7 +30,7 @@ from storagecore.errors import (
     UnknownTopicOrPartitionError,
 )
 from storagecore.records.file_records import FileRegion
-from storageworker.kafka import apis, messages
+from storageworker.kafka import admin_topics, apis, messages
 from storageworker.kafka.broker import WorkerBroker
 from storageworker.kafka.counters import Histogram, KafkaCounters
 from storageworker.kafka.groups import GroupCoordinator
@@ -437,6 +437,10 @@ class KafkaServer:
                 self.transactions, _TRANSACTION_APIS[key]
             )
             return await serve(data, request.version)
+        if key in admin_topics.API_KEYS:
+            return await asyncio.to_thread(
+                admin_topics.handle, request, broker.topic_admin, broker.node_id
+            )
         if key == 32:
             return apis.describe_configs(request, broker)
         if key == 17:

@@ -45,6 +45,11 @@ TOPICS: dict[str, tuple[int, dict[str, str]]] = {
 }
 
 
+#: The worker lets clients create topics with these prefixes (the tests of client topics, Kafka
+#: Streams and Kafka Connect); the broker lets clients create any topic.
+CLIENT_TOPIC_PREFIXES = 'clientTopicPrefixes: ["client_", "wordcount-", "connect-"]\n'
+
+
 @dataclasses.dataclass(frozen=True)
 class Peers:
     kafka: str
@@ -182,7 +187,7 @@ def restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kaf
 def logkeeper_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("peer-worker")
     (root / "topics").mkdir()
-    (root / "settings.yaml").write_text(SETTINGS, encoding="utf-8")
+    (root / "settings.yaml").write_text(SETTINGS + CLIENT_TOPIC_PREFIXES, encoding="utf-8")
     declare(root, *(topic(name, count, dict(config)) for name, (count, config) in TOPICS.items()))
     served = Served(root, "--kafka-port", "0")
     yield served
