@@ -248,6 +248,10 @@ def settled_disk_free(shown: int | None, measured: int | None) -> int | None:
     return shown if abs(measured - shown) < DISK_FREE_STEP * shown else measured
 
 
+#: Client topics listed in a StorageVolume's status (the CRD's maxItems).
+CLIENT_TOPICS_SHOWN: Final = 1000
+
+
 def volume_figures(
     worker: Mapping[str, Any] | None, *, shown: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -263,8 +267,13 @@ def volume_figures(
         for d in worker.get("dirs") or ()
         if (d.get("disk") or {}).get("freeBytes") is not None
     ]
+    client = (worker.get("clientTopics") or {}).get("topics") or []
     return {
         "topics": len(set(worker.get("topics") or ()) - internal),
+        "clientTopicCount": len(client),
+        "clientTopics": [
+            {"name": t["name"], "partitions": t["partitions"]} for t in client[:CLIENT_TOPICS_SHOWN]
+        ],
         "partitions": len(partitions),
         "sizeBytes": sum(int(p.get("sizeBytes") or 0) for p in partitions),
         "maxDirtyRatio": max(ratios) if ratios else None,

@@ -30,6 +30,8 @@ from storageoperator.network_policy import (
 )
 
 GROUP: Final = "logkeeper.io"
+#: The most prefixes ``spec.clientTopicPrefixes`` may list.
+CLIENT_TOPIC_PREFIXES_MAX: Final = 64
 VERSION: Final = "v1alpha1"
 
 Schema = dict[str, Any]
@@ -274,6 +276,20 @@ def storage_volume_crd() -> dict[str, Any]:
                 "cleaner go on) until space is back. Default: the smaller of 5% of the volume and "
                 "512 MiB.",
             },
+            "clientTopicPrefixes": {
+                "type": "array",
+                "maxItems": CLIENT_TOPIC_PREFIXES_MAX,
+                "description": "Kafka clients (Streams, Connect, the Admin API) may create, grow, "
+                "reconfigure and delete topics whose names start with one of these prefixes; "
+                "unset or empty: off. A Topic resource of the same name adopts such a topic. "
+                '"" allows any name.',
+                "items": {
+                    "type": "string",
+                    "maxLength": 249,
+                    "pattern": "^[a-zA-Z0-9._-]*$",
+                    "description": "The start of a topic name (Kafka's name characters).",
+                },
+            },
             "compactionWindows": {
                 "type": "object",
                 "description": "When the cleaner may start new work (default: always).",
@@ -391,6 +407,24 @@ def storage_volume_crd() -> dict[str, Any]:
             "uncleanablePartitions": {
                 "type": "integer",
                 "description": "Partitions the cleaner gave up on.",
+            },
+            "clientTopics": {
+                "type": "array",
+                "maxItems": 1000,
+                "description": "Topics Kafka clients created (clientTopicPrefixes) that no "
+                "Topic resource declares, at most 1000 shown (clientTopicCount has them all).",
+                "items": {
+                    "type": "object",
+                    "description": "One client topic.",
+                    "properties": {
+                        "name": {"type": "string", "description": "The topic name."},
+                        "partitions": {"type": "integer", "description": "Its partitions."},
+                    },
+                },
+            },
+            "clientTopicCount": {
+                "type": "integer",
+                "description": "How many topics Kafka clients created on the volume.",
             },
             "diskFreeBytes": {
                 "type": "integer",

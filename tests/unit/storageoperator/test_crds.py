@@ -182,6 +182,32 @@ def test_schema_refuses(spec: dict[str, Any], message: str) -> None:
     assert any(message in e for e in errors), errors
 
 
+@pytest.mark.parametrize(
+    ("prefixes", "valid"),
+    [(["wordcount-", "connect-"], True), ([""], True), (["a/b"], False), (["a b"], False)],
+)
+def test_client_topic_prefixes_are_checked_as_the_worker_checks_them(
+    prefixes: list[str], valid: bool
+) -> None:
+    from storagecore.errors import ConfigError
+    from storageworker.settings import parse_settings
+
+    volume = {
+        "apiVersion": "logkeeper.io/v1alpha1",
+        "kind": "StorageVolume",
+        "metadata": {"name": "v"},
+        "spec": {"size": "1Gi", "clientTopicPrefixes": prefixes},
+    }
+    errors = list(schema_validator(crds.storage_volume_crd()).iter_errors(volume))
+    assert (errors == []) is valid, errors
+    try:
+        parse_settings(volume)
+    except ConfigError:
+        assert not valid
+    else:
+        assert valid
+
+
 def json_path(document: Any, path: str) -> Any:
     """The subset of kubectl's JSONPath that printer columns use: dotted fields and one
     ``[?(@.field=="value")]`` filter on a list."""

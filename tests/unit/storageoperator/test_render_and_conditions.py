@@ -33,6 +33,7 @@ VOLUME: dict[str, Any] = {
         "cleaner": {"threads": 2, "dedupeBufferBytes": 4194304},
         "worker": {"shutdownGracePeriodMs": 10000},
         "monitoring": {"serviceMonitor": True},
+        "clientTopicPrefixes": ["wordcount-", "connect-"],
     },
 }
 
@@ -56,6 +57,7 @@ def test_config_map_is_what_the_worker_reads() -> None:
     assert parsed["b"].annotations == {"logkeeper.io/pause-cleaning": "true"}
     volume = load_settings(cm["data"]["settings.yaml"], source="settings.yaml")
     assert volume.settings.cleaner_threads == 2
+    assert volume.settings.client_topic_prefixes == ("wordcount-", "connect-")
     assert volume.annotations == {"logkeeper.io/pause-retention": "true"}
     # A Topic being deleted leaves the set (its deletionPolicy then applies in the worker).
     going = topic("a")
@@ -220,6 +222,8 @@ def test_figures_for_topic_and_volume() -> None:
         "maxDirtyRatio": 0.5,
         "uncleanablePartitions": 0,
         "diskFreeBytes": 100,
+        "clientTopicCount": 0,
+        "clientTopics": [],
     }
     # The worker's own offsets topic is not counted as the user's.
     with_offsets = {
@@ -232,6 +236,14 @@ def test_figures_for_topic_and_volume() -> None:
         ],
     }
     assert conditions.volume_figures(with_offsets) == volume
+    # Topics Kafka clients created are listed by name (the worker's clientTopics section).
+    created = {"name": "wordcount-counts-changelog", "partitions": 2, "config": {}}
+    with_client = {**status, "clientTopics": {"prefixes": ["wordcount-"], "topics": [created]}}
+    figures_with_client = conditions.volume_figures(with_client)
+    assert figures_with_client["clientTopics"] == [
+        {"name": "wordcount-counts-changelog", "partitions": 2}
+    ]
+    assert figures_with_client["clientTopicCount"] == 1
     conds = by_type(conditions.volume_conditions(VOLUME, children_ready=True, worker=status))
     assert conds["Ready"]["status"] == "True" and conds["RetentionPaused"]["status"] == "True"
     broken = {**status, "config": {"topics": {"error": "t.yaml: bad"}}}
