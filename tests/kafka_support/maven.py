@@ -4,7 +4,8 @@
    run downloads into ``~/.m2``) and caches it in ``build/classpath.txt`` beside the pom's hash;
 2. ``compiled()`` compiles ``java/*.java`` with ``javac`` into ``build/classes`` (git-ignored)
    when a source or the classpath changed, and returns the classpath to run them with;
-3. ``classpath(SPARK_CONNECTOR / "pom.xml", ...)`` resolves Spark's Kafka connector the same way.
+3. ``classpath(SPARK_CONNECTOR / "pom.xml", ...)`` resolves Spark's Kafka connector the same way;
+4. ``compiled(..., APPS / "pom.xml", ...)`` Kafka Streams and Connect and ``apps/java/*.java``.
 
 ``python -m tests.kafka_support.maven`` does all three (``scripts/setup.sh dev`` calls it, so a
 fresh machine fetches Kafka before the tests run). Without ``mvn``/``javac``/``java`` it says
@@ -25,6 +26,8 @@ SOURCES = HERE / "java"
 BUILD = HERE / "build"
 #: Spark's Kafka connector for the pyspark of the venv (tests/kafka_support/spark_kafka.py).
 SPARK_CONNECTOR = HERE / "spark_connector"
+#: Kafka Streams, Kafka Connect and the tests' programs for them (tests/kafka_support/apps).
+APPS = HERE / "apps"
 
 
 class MavenError(RuntimeError):
@@ -118,9 +121,11 @@ def main() -> int:
         return 0
     compiled()
     classpath(SPARK_CONNECTOR / "pom.xml", SPARK_CONNECTOR / "build")
+    # Kafka Streams and Kafka Connect (tests/kafka_support/kafka_apps.py) and their programs.
+    compiled(sorted((APPS / "java").glob("*.java")), APPS / "pom.xml", APPS / "build")
     print(
-        f"kafka peer: Kafka's jars and Spark's Kafka connector resolved, the Java programs "
-        f"built in {BUILD}"
+        f"kafka peer: Kafka's jars, Streams, Connect and Spark's Kafka connector resolved, the "
+        f"Java programs built in {BUILD} and {APPS / 'build'}"
     )
     return 0
 
