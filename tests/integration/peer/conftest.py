@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.integration.storageworker.test_serve import SETTINGS, Served, declare, topic
 from tests.kafka_support import maven
-from tests.kafka_support.broker import KafkaBroker
+from tests.kafka_support.broker import KafkaBroker, free_port
 from tests.kafka_support.raw_client import RawClient
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -192,6 +193,45 @@ def logkeeper_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     served = Served(root, "--kafka-port", "0")
     yield served
     assert served.terminate() == 0, served.log_text()
+
+
+class RestartableWorker:
+    """A worker of its own (not the session's) at a fixed Kafka port, so that one restarted
+    (cleanly or after a SIGKILL) is found at the address a running application bootstraps
+    from. Client topics allowed as on the session's worker."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "topics").mkdir(parents=True)
+        (root / "settings.yaml").write_text(SETTINGS + CLIENT_TOPIC_PREFIXES, encoding="utf-8")
+        declare(root)
+        self.port = free_port()
+        self.served = Served(root, "--kafka-port", str(self.port))
+
+    @property
+    def address(self) -> str:
+        return self.served.kafka_address
+
+    def restart(self, *, kill: bool = False) -> None:
+        if kill:
+            self.served.kill()
+        else:
+            assert self.served.terminate() == 0, self.served.log_text()
+        address = self.address
+        self.served = Served(self.root, "--kafka-port", str(self.port))
+        assert self.address == address
+
+
+@pytest.fixture
+def restartable_worker(tmp_path: Path) -> Iterator[RestartableWorker]:
+    missing = maven.missing_tools()
+    if missing:
+        pytest.skip(f"Kafka's applications need {', '.join(missing)} on PATH")
+    worker = RestartableWorker(tmp_path / "restartable-worker")
+    try:
+        yield worker
+    finally:
+        assert worker.served.terminate() == 0, worker.served.log_text()
 
 
 @pytest.fixture(scope="session")

@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import collections
 import random
-import socket
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tests.integration.peer.conftest import CLIENT_TOPIC_PREFIXES, Peers
-from tests.integration.storageworker.test_serve import SETTINGS, Served, declare
-from tests.kafka_support import maven
+from tests.integration.peer.conftest import Peers, RestartableWorker
 from tests.kafka_support.kafka_apps import word_count
 from tests.kafka_support.raw_client import RawClient
 
@@ -35,17 +31,15 @@ VOCABULARY = [f"w{i:02d}" for i in range(40)]
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
-def skip_without_transactions(address: str, guarantee: str) -> None:
-    """Skip an exactly-once case where the peer at ``address`` has no transaction coordinator,
-    naming what is missing."""
-    if guarantee != "exactly_once_v2":
-        return
+def skip_without_transactions(address: str, what: str) -> None:
+    """Skip a case needing transactions (``what``) where the peer at ``address`` has no
+    transaction coordinator, naming what is missing."""
     with RawClient(address) as client:
         answer = client.call(10, 4, {"key_type": 1, "coordinator_keys": ["probe"]})
     [coordinator] = answer["coordinators"]
     if coordinator["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
         pytest.skip(
-            "exactly_once_v2 needs the worker's transaction coordinator (issue 19 point 1, "
+            f"{what} needs the worker's transaction coordinator (issue 19 point 1, "
             "branch txn19): this worker answers FindCoordinator(TRANSACTION) with "
             f"TRANSACTIONAL_ID_AUTHORIZATION_FAILED ({coordinator['error_message']})"
         )
@@ -84,7 +78,8 @@ def changelog_policy(address: str, topic: str) -> str:
 def test_word_count_ends_with_the_same_table_on_both_peers(
     peers: Peers, tmp_path: Path, guarantee: str
 ) -> None:
-    skip_without_transactions(peers.logkeeper, guarantee)
+    if guarantee == "exactly_once_v2":
+        skip_without_transactions(peers.logkeeper, "Kafka Streams' exactly_once_v2")
     text = lines(19, 1500)
     expected = counted(text)
     tables = {}
@@ -110,32 +105,15 @@ def test_word_count_ends_with_the_same_table_on_both_peers(
     assert tables["logkeeper"] == tables["kafka"] == expected
 
 
-@pytest.fixture
-def restartable_worker(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    """A worker root and a fixed Kafka port, so that a restarted worker is found at the
-    address the running application bootstraps from."""
-    if maven.missing_tools():
-        pytest.skip(f"Kafka Streams needs {', '.join(maven.missing_tools())} on PATH")
-    root = tmp_path / "worker"
-    (root / "topics").mkdir(parents=True)
-    (root / "settings.yaml").write_text(SETTINGS + CLIENT_TOPIC_PREFIXES, encoding="utf-8")
-    declare(root)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    yield root, port
-
-
 @pytest.mark.parametrize("guarantee", GUARANTEES)
 def test_word_count_survives_a_sigkill_of_the_worker(
-    restartable_worker: tuple[Path, int], tmp_path: Path, guarantee: str
+    restartable_worker: RestartableWorker, tmp_path: Path, guarantee: str
 ) -> None:
-    root, port = restartable_worker
-    served = Served(root, "--kafka-port", str(port))
-    address = served.kafka_address
+    address = restartable_worker.address
+    if guarantee == "exactly_once_v2":
+        skip_without_transactions(address, "Kafka Streams' exactly_once_v2")
     app = None
     try:
-        skip_without_transactions(address, guarantee)
         first, second = lines(23, 1200), lines(29, 1200)
         expected = counted(first + second)
         case = f"wordcount-kill-{guarantee.replace('_', '')}"
@@ -152,15 +130,12 @@ def test_word_count_survives_a_sigkill_of_the_worker(
         )
         # Mid-run: some of the first half counted, not all of it.
         app.wait_for("counted", at_least=500)
-        served.kill()
-        served = Served(root, "--kafka-port", str(port))
-        assert served.kafka_address == address
+        restartable_worker.restart(kill=True)
         produce(address, f"{case}-in", second)
         table = app.finish()["table"]
     finally:
         if app is not None:
             app.stop()
-        served.terminate()
     lost = {w: n - table.get(w, 0) for w, n in expected.items() if table.get(w, 0) < n}
     assert lost == {}, "input records lost across the SIGKILL"
     if guarantee == "exactly_once_v2":
