@@ -32,10 +32,27 @@ from typing import Any, Final
 
 from storagecore.errors import StorageError
 from storageworker.client_topics import TopicAdminError
-from storageworker.kafka import topic_configs
+from storageworker.kafka import apis, topic_configs
 from storageworker.topic_admin import TopicAdmin
 
 logger = logging.getLogger(__name__)
+
+
+#: CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs.
+API_KEYS: Final = frozenset({19, 20, 37, 44})
+
+
+def handle(request: apis.Request, admin: TopicAdmin, node_id: int) -> dict[str, Any]:
+    """The response to one of :data:`API_KEYS`'s requests."""
+    data = request.data
+    if request.api_key == 19:
+        return create_topics(data, admin, node_id)
+    if request.api_key == 20:
+        return delete_topics(data, request.version, admin)
+    if request.api_key == 37:
+        return create_partitions(data, admin, node_id)
+    assert request.api_key == 44, request.api_key
+    return incremental_alter_configs(data, admin)
 
 
 class AdminErrorCode(enum.IntEnum):

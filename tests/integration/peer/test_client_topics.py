@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.peer.conftest import Peers
+from tests.integration.peer.test_streams import delete_topics
 from tests.kafka_support.java_client import java_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_peer]
@@ -49,6 +50,7 @@ def test_topics_outside_the_prefixes_are_refused_by_the_worker_only(peers: Peers
     kafka = java_client("try", peers.kafka, "create", "elsewhere-a", program="TopicAdminClient")
     ours = java_client("try", peers.logkeeper, "create", "elsewhere-a", program="TopicAdminClient")
     assert kafka == {"outcome": "ok", "exists": True}
+    delete_topics(peers.kafka, "elsewhere-a")
     assert ours["outcome"] == "PolicyViolationException"
     assert "spec.clientTopicPrefixes" in ours["message"] and "'client_'" in ours["message"]
     assert ours["exists"] is False

@@ -68,6 +68,14 @@ def produce(address: str, topic: str, text: list[str]) -> None:
     assert producer.flush(60) == 0
 
 
+def delete_topics(address: str, *names: str) -> None:
+    """Delete what a test created on a session-wide peer (the admin test compares the peers'
+    topic lists)."""
+    admin = AdminClient({"bootstrap.servers": address})
+    for future in admin.delete_topics(list(names)).values():
+        future.result(60)
+
+
 def changelog_policy(address: str, topic: str) -> str:
     admin = AdminClient({"bootstrap.servers": address})
     [future] = admin.describe_configs([ConfigResource("TOPIC", topic)]).values()
@@ -102,6 +110,13 @@ def test_word_count_ends_with_the_same_table_on_both_peers(
             app.stop()
         # Streams created its changelog (compacted) and checked it, as on the broker.
         assert changelog_policy(address, f"{case}-counts-changelog") == "compact"
+        delete_topics(
+            address,
+            f"{case}-in",
+            f"{case}-out",
+            f"{case}-counts-changelog",
+            f"{case}-counts-repartition",
+        )
     assert tables["logkeeper"] == tables["kafka"] == expected
 
 
