@@ -53,6 +53,20 @@ class WorkerCollector(Collector):
         )
         orphans.add_metric([], len(worker.orphans))
         yield orphans
+        client = GaugeMetricFamily(
+            f"{PREFIX}_client_topics",
+            "Topics Kafka clients created (clientTopicPrefixes) that no Topic resource declares",
+        )
+        client.add_metric(
+            [], sum(1 for t in worker.client_topics.topics() if t not in worker.declared)
+        )
+        yield client
+        client_ok = GaugeMetricFamily(
+            f"{PREFIX}_client_topics_store_ok",
+            "0 while the client topics file cannot be read (client topic changes are refused)",
+        )
+        client_ok.add_metric([], 1 if worker.client_topics.error is None else 0)
+        yield client_ok
         pinned = GaugeMetricFamily(
             f"{PREFIX}_read_pins_bytes",
             "Bytes of deleted segments kept by Spark readers' pins (until released or expired)",

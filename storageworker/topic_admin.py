@@ -10,7 +10,10 @@ The worker's internal topics (``__consumer_offsets``) are the worker's.
 A change is persisted in the client topic store (:mod:`storageworker.client_topics`) before
 the logs follow it, so a crash in between is finished by the next start (the store is the
 truth; the topic set applies it). Deleting a topic renames its partition directories to
-``-delete`` through the cleaner (Kafka's asynchronous delete) after the store forgot it.
+``-delete`` through the cleaner (Kafka's asynchronous delete) after the store forgot it; a crash
+in between leaves those logs orphaned (reported, nothing deleted), and a create of the same
+name is then refused until a Topic resource adopts them or they are removed. A topic is never
+created, or grown, over logs already on the volume: old data would reappear under a new topic.
 
 Blocking calls: the Kafka port runs them in a worker thread. Kafka's wire details
 (replication factors, replica assignments) are checked by
@@ -112,6 +115,13 @@ class TopicAdmin:
                 raise TopicExistsError(
                     f"Topic '{name}' already exists." + (f" ({owner})" if owner else "")
                 )
+            leftover = self._existing_logs(name, 0)
+            if leftover:
+                raise TopicExistsError(
+                    f"Topic '{name}' already exists on this volume as orphaned logs "
+                    f"({', '.join(leftover)}): a Topic resource of that name adopts them; or "
+                    "delete them before creating the topic anew"
+                )
             collision = _collision(name, worker.topics)
             if collision is not None:
                 raise InvalidTopicError(
@@ -142,6 +152,14 @@ class TopicAdmin:
             self._check_logs(name, partitions)
             return topic, log_config
 
+    def _existing_logs(self, name: str, first_partition: int) -> list[str]:
+        """The logs of ``name`` from ``first_partition`` on that are already on the volume."""
+        manager = self.worker.log_manager
+        assert manager is not None, "worker not started"
+        return sorted(
+            str(tp) for tp in manager.logs if tp.topic == name and tp.partition >= first_partition
+        )
+
     def _check_logs(self, name: str, partitions: int) -> None:
         manager = self.worker.log_manager
         assert manager is not None, "worker not started"
@@ -167,6 +185,12 @@ class TopicAdmin:
             if count > PARTITIONS_MAX:
                 raise InvalidPartitionsError(
                     f"topic {name!r}: {count} partitions, at most {PARTITIONS_MAX} here"
+                )
+            leftover = self._existing_logs(name, topic.partitions)
+            if leftover:
+                raise InvalidPartitionsError(
+                    f"topic {name!r}: partitions {', '.join(leftover)} are on the volume already "
+                    "(undeclared logs): remove them before growing the topic over them"
                 )
             if validate_only:
                 return

@@ -98,6 +98,9 @@ def test_created_topics_persist_and_are_cleaned_and_retained(root: Path) -> None
         )
         store = json.loads((root / "data" / CLIENT_TOPICS_FILE).read_text())
         assert [t["name"] for t in store["topics"]] == ["app-events", "app-table"]
+        metrics = served.metrics()
+        assert metrics["logkeeper_client_topics"] == 2
+        assert metrics["logkeeper_client_topics_store_ok"] == 1
     finally:
         served.kill()  # SIGKILL: the store was written before the creates were answered
     served = Served(root, "--kafka-port", "0")
@@ -176,6 +179,13 @@ def test_a_topic_resource_adopts_a_client_topic_and_delete_removes_one(root: Pat
         assert not any(p["topic"] == "app-gone" for p in served.status()["partitions"])
         assert "app-gone" not in admin.list_topics(timeout=30).topics
         assert not (root / "data" / "app-gone-0").exists()
+        # Orphaned logs (a Topic resource removed with deletionPolicy Retain) are not handed to
+        # a client's new topic of the same name.
+        declare(root, topic("declared", 1, {}))
+        wait_for(lambda: "app-adopted-0" in served.status()["orphanedLogs"], "the orphaned logs")
+        [future] = admin.create_topics([NewTopic("app-adopted", 1, 1)]).values()
+        name, message = _refusal(future)
+        assert name == "TOPIC_ALREADY_EXISTS" and "orphaned logs (app-adopted-0" in message
     finally:
         assert served.terminate() == 0
 
@@ -188,6 +198,7 @@ def test_a_broken_store_is_kept_and_refuses_changes(root: Path) -> None:
     try:
         error = served.status()["clientTopics"]["error"]
         assert CLIENT_TOPICS_FILE in error and "app-x" in error and "partitions" in error
+        assert served.metrics()["logkeeper_client_topics_store_ok"] == 0
         admin = _admin(served)
         [future] = admin.create_topics([NewTopic("app-y", 1, 1)]).values()
         name, message = _refusal(future)
