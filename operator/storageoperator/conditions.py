@@ -171,6 +171,18 @@ def topic_conditions(
             for p in worker.get("partitions") or ()
             if p.get("topic") == name and (p.get("uncleanable") or p.get("offline"))
         ]
+        # A topic a Kafka client created (the volume's clientTopicPrefixes) that this resource
+        # declares too: the worker adopts it at its next reload, then the spec is in force.
+        adopting = any(
+            p.get("clientTopic") for p in worker.get("partitions") or () if p.get("topic") == name
+        )
+        # Partitions beyond spec.partitions (a client grew the topic before the adoption):
+        # kept and served by nobody until spec.partitions covers them (it may only grow).
+        undeclared = sorted(
+            int(tp.rsplit("-", 1)[1])
+            for tp in worker.get("undeclaredPartitions") or ()
+            if tp.rsplit("-", 1)[0] == name
+        )
         if config_error:
             degraded = (True, "WorkerConfigRejected", str(config_error))
         elif bad:
@@ -180,7 +192,21 @@ def topic_conditions(
                 for p in bad
             )
             degraded = (True, "PartitionUnhealthy", reasons)
-        if missing or not in_set:
+        elif undeclared:
+            degraded = (
+                True,
+                "UndeclaredPartitions",
+                f"partitions {undeclared} of {name} are on the volume beyond spec.partitions "
+                f"({declared}); raise spec.partitions to {undeclared[-1] + 1} to serve them",
+            )
+        if adopting:
+            ready = (False, "AdoptingClientTopic", f"{name} was created by a Kafka client")
+            progressing = (
+                True,
+                "AdoptingClientTopic",
+                f"the worker is taking {name} over from its client topics",
+            )
+        elif missing or not in_set:
             ready = (False, "Progressing", f"the worker does not have partitions {missing} yet")
             progressing = (True, "ApplyingToWorker", f"partitions {missing} not on the worker")
         else:

@@ -200,6 +200,26 @@ def test_topic_conditions_without_volume_worker_or_valid_config() -> None:
     assert found["RetentionPaused"]["reason"] == "PauseRequested"
 
 
+def test_a_topic_adopting_a_client_topic_progresses_then_reports_undeclared_partitions() -> None:
+    status = worker_status()
+    body = topic("t")
+    adopting = {
+        **status,
+        "partitions": [{**p, "clientTopic": True} for p in status["partitions"]],
+    }
+    found = by_type(conditions.topic_conditions(body, volume=VOLUME, worker=adopting))
+    assert found["Ready"]["status"] == "False"
+    assert found["Progressing"]["reason"] == "AdoptingClientTopic"
+    # Adopted, but the client had grown the topic to 3 partitions and the spec says 2.
+    grown = {**status, "undeclaredPartitions": ["t-2", "other-2"]}
+    found = by_type(conditions.topic_conditions(body, volume=VOLUME, worker=grown))
+    assert found["Ready"]["status"] == "True"
+    assert found["Degraded"]["reason"] == "UndeclaredPartitions"
+    assert "[2]" in found["Degraded"]["message"] and "to 3" in found["Degraded"]["message"]
+    healthy = by_type(conditions.topic_conditions(body, volume=VOLUME, worker=status))
+    assert healthy["Degraded"]["status"] == "False"
+
+
 def test_figures_for_topic_and_volume() -> None:
     status = worker_status(
         lastClean={"messages_read": 10, "messages_written": 4, "size_reduction": 0.5},
