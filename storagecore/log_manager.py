@@ -493,14 +493,19 @@ class LogManager:
         return flushed
 
     def checkpoint_recovery_points_and_log_start_offsets(self) -> None:
-        for log_dir in self._dirs.values():
-            if log_dir.online:
-                try:
-                    self._checkpoint_dir(log_dir.path)
-                except LogDirFullError as exc:
-                    logger.warning("Checkpoints not written, no space: %s", exc)
-                except LogDirOfflineError:
-                    pass
+        # Under the manager's lock, as every other writer of these files (a log's creation or
+        # deletion, shutdown): two threads writing one checkpoint would race on its ``.tmp``
+        # (one rename finds it gone: an I/O error that took the dir offline). Kafka's
+        # CheckpointFile serialises its writes the same way.
+        with self._lock:
+            for log_dir in self._dirs.values():
+                if log_dir.online:
+                    try:
+                        self._checkpoint_dir(log_dir.path)
+                    except LogDirFullError as exc:
+                        logger.warning("Checkpoints not written, no space: %s", exc)
+                    except LogDirOfflineError:
+                        pass
 
     def _checkpoint_dir(self, path: Path) -> None:
         with self._guard_dir(path, f"checkpoint {path}"):

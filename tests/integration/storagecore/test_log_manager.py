@@ -231,3 +231,37 @@ def test_cleanup_logs_applies_each_topics_retention(tmp_path: Path, clock: Manua
         assert manager.get_log(TopicPartition("sized", 0)).size_bytes >= 600
         compacted = manager.get_log(TopicPartition("compacted", 0))
         assert compacted.offline or len(compacted.segments) > 1  # compact: no time retention
+
+
+def test_periodic_checkpoints_race_no_deletion(tmp_path: Path, clock: ManualClock) -> None:
+    """The worker's checkpoint task and a partition deletion (DeleteTopics, a Topic removed
+    with deletionPolicy Delete) write the same checkpoint files from two threads: each write
+    must be whole (one ``.tmp`` at a time), never an I/O error that takes the dir offline."""
+    import threading
+
+    data = tmp_path / "d"
+    with LogManager([data], clock=clock) as manager:
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def checkpoint_forever() -> None:
+            while not stop.is_set():
+                try:
+                    manager.checkpoint_recovery_points_and_log_start_offsets()
+                except BaseException as exc:  # reported by the test below
+                    failures.append(exc)
+                    return
+
+        writer = threading.Thread(target=checkpoint_forever)
+        writer.start()
+        try:
+            for round_ in range(150):
+                tp = TopicPartition(f"t{round_}", 0)
+                manager.get_or_create_log(tp).append(batch(1))
+                manager.delete_log(tp)
+        finally:
+            stop.set()
+            writer.join(30)
+        assert failures == []
+        assert manager.dir_error(data) is None
+        assert all(log.parent_dir == data for log in manager.logs.values())
