@@ -4,8 +4,8 @@ client-topic prefix of the worker, and checked by Connect to be compacted); a Fi
 feeds a topic that a FileStream sink writes to a file; then Connect and the peer restart and the
 pipeline resumes: the sink file must hold every source line exactly once, on both peers.
 
-``exactly.once.source.support=enabled`` (KIP-618) needs transactions: until the worker has its
-transaction coordinator (issue 19 point 1) that case skips and says so.
+Also with ``exactly.once.source.support=enabled`` (KIP-618): the source's records and offsets
+are written in transactions, through the worker's transaction coordinator (issue 19 point 1).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from tests.integration.peer.conftest import RestartableWorker
 from tests.integration.peer.test_streams import (
     changelog_policy,
     create_topics,
-    skip_without_transactions,
 )
 from tests.kafka_support.broker import KafkaBroker
 from tests.kafka_support.connect import ConnectWorker
@@ -102,11 +101,6 @@ def test_file_pipeline_resumes_without_duplicates_after_both_restart(
     tmp_path: Path,
     mode: str,
 ) -> None:
-    if MODES[mode]:
-        skip_without_transactions(
-            restartable_worker.address, "Kafka Connect's exactly.once.source.support=enabled"
-        )
-
     def restart_broker() -> None:
         restartable_broker.stop()
         restartable_broker.start()

@@ -4,9 +4,9 @@ of the worker), counts into a KTable over the compacted changelog, and must end 
 table on the worker as on the broker, equal to the count of the input; also when the worker is
 SIGKILLed and restarted under the running application.
 
-``exactly_once_v2`` needs the worker's transaction coordinator (issue 19 point 1): until the
-worker has one (FindCoordinator(TRANSACTION) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
-those cases skip and say so; ``at_least_once`` runs for real.
+Both guarantees run: ``exactly_once_v2`` through the worker's transaction coordinator (issue 19
+point 1), and then the table after the SIGKILL must be exact (nothing lost, nothing counted
+twice); ``at_least_once`` may count again what was not committed when the worker died.
 """
 
 from __future__ import annotations
@@ -22,27 +22,11 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from tests.integration.peer.conftest import Peers, RestartableWorker
 from tests.kafka_support.kafka_apps import word_count
-from tests.kafka_support.raw_client import RawClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka_peer]
 
 GUARANTEES = ("at_least_once", "exactly_once_v2")
 VOCABULARY = [f"w{i:02d}" for i in range(40)]
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-
-
-def skip_without_transactions(address: str, what: str) -> None:
-    """Skip a case needing transactions (``what``) where the peer at ``address`` has no
-    transaction coordinator, naming what is missing."""
-    with RawClient(address) as client:
-        answer = client.call(10, 4, {"key_type": 1, "coordinator_keys": ["probe"]})
-    [coordinator] = answer["coordinators"]
-    if coordinator["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-        pytest.skip(
-            f"{what} needs the worker's transaction coordinator (issue 19 point 1, "
-            "branch txn19): this worker answers FindCoordinator(TRANSACTION) with "
-            f"TRANSACTIONAL_ID_AUTHORIZATION_FAILED ({coordinator['error_message']})"
-        )
 
 
 def lines(seed: int, count: int) -> list[str]:
@@ -86,8 +70,6 @@ def changelog_policy(address: str, topic: str) -> str:
 def test_word_count_ends_with_the_same_table_on_both_peers(
     peers: Peers, tmp_path: Path, guarantee: str
 ) -> None:
-    if guarantee == "exactly_once_v2":
-        skip_without_transactions(peers.logkeeper, "Kafka Streams' exactly_once_v2")
     text = lines(19, 1500)
     expected = counted(text)
     tables = {}
@@ -125,8 +107,6 @@ def test_word_count_survives_a_sigkill_of_the_worker(
     restartable_worker: RestartableWorker, tmp_path: Path, guarantee: str
 ) -> None:
     address = restartable_worker.address
-    if guarantee == "exactly_once_v2":
-        skip_without_transactions(address, "Kafka Streams' exactly_once_v2")
     app = None
     try:
         first, second = lines(23, 1200), lines(29, 1200)
