@@ -107,12 +107,12 @@ def compact(
         with ThreadPoolExecutor(max_workers=_SWAP_THREADS) as pool:
             swaps = [pool.submit(_swap, manager, plan, stats[i]) for i, plan in enumerate(plans)]
             results = [swap.result() for swap in swaps]
-        # Then each round's end in the cleaner checkpoint, in partition order (as the worker's
-        # cleaner would have written them): a crash before leaves the rounds to do again.
-        for plan in plans:
-            log = manager.get_log(plan.tp)
-            live = [lg.tp for lg in manager.logs.values() if lg.parent_dir == log.parent_dir]
-            checkpoints.update_checkpoint(log.parent_dir, live, update=(plan.tp, plan.end_offset))
+        # Then every round's end in the cleaner checkpoint, in one atomic write (a crash
+        # before it leaves the rounds to do again, which finds them clean).
+        live = [lg.tp for lg in manager.logs.values()]
+        checkpoints.update_checkpoint(
+            root, live, updates={plan.tp: plan.end_offset for plan in plans}
+        )
         return results
     finally:
         for log in manager.logs.values():
@@ -169,6 +169,7 @@ def _swap(manager: LogManager, plan: RoundPlan, stats: dict[str, Any]) -> Compac
     # The dir's lock kept every other writer away: the segments are the planned ones.
     swapped = swap_planned(log, plan, stats.get("cleaned_sizes", []))
     assert swapped, f"{plan.tp}: segments changed under the dir's lock"
+    log.delete_expired_files(force=True)  # the replaced segments: no reader holds them
     return result_of(plan, stats)
 
 

@@ -31,7 +31,7 @@ import dataclasses
 import enum
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
@@ -118,9 +118,12 @@ class LogCleanerManager:
         *,
         update: tuple[TopicPartition, int] | None = None,
         remove: TopicPartition | None = None,
+        updates: Mapping[TopicPartition, int] | None = None,
     ) -> None:
-        """Rewrite ``log_dir``'s checkpoint: one entry set or removed, entries of partitions no
-        longer in ``live`` pruned (Kafka ``updateCheckpoints``)."""
+        """Rewrite ``log_dir``'s checkpoint: one entry set or removed (or every entry of
+        ``updates`` set: one atomic write for many rounds, as the Spark ``compact`` job ends
+        them), entries of partitions no longer in ``live`` pruned (Kafka
+        ``updateCheckpoints``)."""
         with self._lock:
             checkpoint = self._checkpoints[log_dir]
             try:
@@ -132,6 +135,7 @@ class LogCleanerManager:
                 offsets = {}
             if update is not None:
                 offsets[update[0]] = update[1]
+            offsets.update(updates or {})
             if remove is not None:
                 offsets.pop(remove, None)
             keep = set(live)

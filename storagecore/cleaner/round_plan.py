@@ -164,14 +164,17 @@ def unchanged_groups(log: Log, plan: RoundPlan) -> list[list[LogSegment]] | None
 
 
 def swap_planned(log: Log, plan: RoundPlan, cleaned_sizes: Sequence[int]) -> bool:
-    """Swap the ``.cleaned`` segment of each planned group in for the group (the log's
-    crash-safe protocol, one group at a time in offset order). ``cleaned_sizes`` are the
-    bytes the cleaning wrote per group: a copy of another size (or none: a loader that ran
-    meanwhile deleted it) is refused with :class:`CorruptRecordError` before any swap.
+    """Swap the ``.cleaned`` segments of the planned groups in for the groups: all of them in
+    one run of the log's crash-safe protocol (so a crash leaves the partition's round exactly
+    undone or exactly done, and the directory is fsynced twice per partition, not per group).
+    ``cleaned_sizes`` are the bytes the cleaning wrote per group: a copy of another size (or
+    none: a loader that ran meanwhile deleted it) is refused with :class:`CorruptRecordError`
+    before any swap.
 
     False, swapping nothing, when the segments changed since the plan; the ``.cleaned``
-    files are then the caller's to remove. A group the log refuses (a segment left it
-    meanwhile) has its copy deleted."""
+    files are then the caller's to remove. When the log refuses the swap (a segment left it
+    between the check and the swap), each group is swapped alone, as the cleaner does, and a
+    group it refuses has its copy deleted."""
     groups = unchanged_groups(log, plan)
     if groups is None:
         return False
@@ -187,8 +190,10 @@ def swap_planned(log: Log, plan: RoundPlan, cleaned_sizes: Sequence[int]) -> boo
                 f"{plan.tp}: cleaned copy {path} has {found} bytes, {size} were written "
                 "(-1: missing); nothing swapped"
             )
-    for group in groups:
-        cleaned = LogSegment.open(
+    if not groups:
+        return True
+    cleaned = [
+        LogSegment.open(
             log.directory,
             group[0].base_offset,
             index_interval_bytes=log.config.index_interval_bytes,
@@ -197,6 +202,11 @@ def swap_planned(log: Log, plan: RoundPlan, cleaned_sizes: Sequence[int]) -> boo
             suffix=files.CLEANED_SUFFIX,
             writable_indexes=False,
         )
-        if not log.replace_segments([cleaned], group):
-            cleaned.delete_files()
+        for group in groups
+    ]
+    if log.replace_segments(cleaned, [segment for group in groups for segment in group]):
+        return True
+    for copy, group in zip(cleaned, groups, strict=True):
+        if not log.replace_segments([copy], group):
+            copy.delete_files()
     return True
