@@ -19,7 +19,8 @@ on local[2] (one warm-up query per reader first, best of ``--runs``):
 and the ratio of 1 to 2 (target >= 0.8: ``ok`` or ``BELOW``). Unless ``--no-compact``:
 ``compact`` with local[2], then with local[1], each on a fresh copy per run (one warm-up, best
 of ``--runs``; records read per second, the driver's load and swaps included), the
-local[2] / local[1] ratio, and the storage core cleaner (``LogCleaner.clean_until_done``, one
+local[2] / local[1] ratio, the phases of each best run (the driver's serial work beside the
+Spark job), and the storage core cleaner (``LogCleaner.clean_until_done``, one
 thread, 128 MiB buffer, best of ``--runs`` on fresh copies), with compact(local[2]) / core.
 
 Ratios, not absolute targets: this machine is shared and noisy. Spark's own start-up is not
@@ -58,7 +59,7 @@ from storagecore import (
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.config import CleanerConfig
 from storagepipeline import SCHEMA, local_session, plan
-from storagepipeline.compact import compact
+from storagepipeline.compact import PHASES, compact
 from storagepipeline.source import LogkeeperReader
 
 TOPIC = "bench"
@@ -234,12 +235,18 @@ def fresh_copy(source: Path, target: Path) -> Path:
     return target
 
 
-def timed_compact(spark: SparkSession, source: Path, data_dir: Path) -> tuple[float, int]:
+def timed_compact(
+    spark: SparkSession, source: Path, data_dir: Path
+) -> tuple[float, int, dict[str, float]]:
+    """Seconds, records read, and the job's phases (:data:`storagepipeline.compact.PHASES`)."""
     fresh_copy(source, data_dir)
+    phases: dict[str, float] = {}
     start = time.perf_counter()
-    results = compact(spark, str(data_dir), topics=[TOPIC], configs={TOPIC: CONFIG}, now_ms=NOW_MS)
+    results = compact(
+        spark, str(data_dir), topics=[TOPIC], configs={TOPIC: CONFIG}, now_ms=NOW_MS, phases=phases
+    )
     elapsed = time.perf_counter() - start
-    return elapsed, sum(r.stats["messages_read"] for r in results)
+    return elapsed, sum(r.stats["messages_read"] for r in results), phases
 
 
 def timed_core(source: Path, data_dir: Path) -> tuple[float, int]:
@@ -272,25 +279,44 @@ def available_cores() -> float:
     return round(2 * alone / both, 2)
 
 
-def best_compact(spark: SparkSession, source: Path, root: Path, runs: int) -> tuple[float, int]:
+def best_compact(
+    spark: SparkSession, source: Path, root: Path, runs: int
+) -> tuple[float, int, dict[str, float]]:
     """Best of ``runs`` after one warm-up (the session's Python workers started)."""
     timed_compact(spark, source, root / "warm")
-    return min(timed_compact(spark, source, root / f"run-{i}") for i in range(runs))
+    return min(
+        (timed_compact(spark, source, root / f"run-{i}") for i in range(runs)),
+        key=lambda run: run[0],
+    )
+
+
+def phase_line(label: str, seconds: float, phases: dict[str, float]) -> str:
+    """The best run's phases: the driver's own work (everything but ``clean``) is the serial
+    part that bounds the local[2] / local[1] ratio; ``clean`` less the executors' time per
+    slot is Spark's scheduling of the job."""
+    named = " ".join(f"{name} {phases.get(name, 0.0):.3f}" for name in PHASES)
+    driver = seconds - phases.get("clean", 0.0)
+    return (
+        f"  {label} phases (s): {named}; driver outside Spark {driver:.3f}; "
+        f"executors in clean_partition {phases.get('partition_seconds', 0.0):.3f} (summed)"
+    )
 
 
 def bench_compact(two: SparkSession, source: Path, root: Path, runs: int) -> None:
     cores_before = available_cores()
-    two_s, two_records = best_compact(two, source, root / "two", runs)
+    two_s, two_records, two_phases = best_compact(two, source, root / "two", runs)
     two.stop()
     one = session("local[1]")
-    one_s, one_records = best_compact(one, source, root / "one", runs)
+    one_s, one_records, one_phases = best_compact(one, source, root / "one", runs)
     one.stop()
     core_s, core_records = min(timed_core(source, root / f"core-{i}") for i in range(runs))
     assert one_records == two_records == core_records, (one_records, two_records, core_records)
     print(f"cores available (CPU probe): {cores_before} before, {available_cores()} after")
 
     print(f"compact local[1]:   {one_records / one_s:>12,.0f} records/s  ({one_s:.2f} s)")
+    print(phase_line("local[1]", one_s, one_phases))
     print(f"compact local[2]:   {two_records / two_s:>12,.0f} records/s  ({two_s:.2f} s)")
+    print(phase_line("local[2]", two_s, two_phases))
     print(f"core cleaner:       {core_records / core_s:>12,.0f} records/s  ({core_s:.2f} s)")
     scaling, versus_core = one_s / two_s, core_s / two_s
     print(f"ratio compact local[2] / local[1]: {scaling:.2f} ({_verdict(scaling, 1.6)})")

@@ -135,8 +135,11 @@ def chunk_batches(
     *,
     decode_counters: DecodeCounters | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """One Arrow batch per decoded chunk that holds rows of the planned range."""
-    for decoded in decoded_chunks(ref, directory, target.columns, options, counters):
+    """One Arrow batch per decoder call that holds rows of the planned range (at most
+    ``target.rows_per_batch`` rows, unless one record batch alone holds more)."""
+    for decoded in decoded_chunks(
+        ref, directory, target.columns, options, counters, max_rows=target.rows_per_batch
+    ):
         if decode_counters is not None:
             decode_counters.add(decoded)
         if decoded.rows:
@@ -149,19 +152,23 @@ def decoded_chunks(
     names: Sequence[str],
     options: ReadOptions,
     counters: ReadCounters,
+    *,
+    max_rows: int = 0,
 ) -> Iterator[DecodedColumns]:
-    """The ``names`` columns of the planned range, one decoded chunk at a time (including
-    chunks that hold no row of the range: their ``rows`` is 0)."""
+    """The ``names`` columns of the planned range, one decoder call at a time (including calls
+    that found no row of the range: their ``rows`` is 0), each of at most ``max_rows`` rows
+    (0: a whole chunk per call) unless one record batch alone holds more."""
     for records, current in opened(ref, directory, options, counters):
-        yield from _chunks_of(records, current, names, options, counters)
+        yield from _chunks_of(records, current, names, options, counters, max_rows)
 
 
-def _chunks_of(
+def _chunks_of(  # noqa: PLR0917 - one walk's state
     records: FileRecords,
     ref: SegmentRef,
     names: Sequence[str],
     options: ReadOptions,
     counters: ReadCounters,
+    max_rows: int,
 ) -> Iterator[DecodedColumns]:
     end = min(records.size_bytes, ref.size_bytes)
     position = index_position(records.path, ref.base_offset, ref.start_offset, end)
@@ -173,23 +180,33 @@ def _chunks_of(
             # The file is shorter than planned (truncated by a recovery): read what is there.
             end = position + len(chunk)
             size = len(chunk)
-        decoded = core_columns.decode_columns(
-            chunk,
-            0,
-            size,
-            names,
-            min_offset=ref.start_offset,
-            max_offset=ref.end_offset,
-        )
-        yield decoded
-        if decoded.problem is not None:
-            skip = _skippable_size(chunk, decoded.position)
-            _corrupt(ref, position, decoded, options, counters, skip=skip)
-            if skip is None:
-                return
-            position += decoded.position + skip
-            continue
-        if decoded.position == 0:
+        # The chunk in calls of at most max_rows rows, each from where the last one stopped:
+        # the batches come out at the size Spark takes them, in buffers the allocator reuses.
+        taken = 0
+        while taken < size:
+            decoded = core_columns.decode_columns(
+                chunk,
+                taken,
+                size,
+                names,
+                min_offset=ref.start_offset,
+                max_offset=ref.end_offset,
+                max_rows=max_rows,
+            )
+            yield decoded
+            if decoded.problem is not None:
+                skip = _skippable_size(chunk, decoded.position)
+                _corrupt(ref, position, decoded, options, counters, skip=skip)
+                if skip is None:
+                    return
+                taken = decoded.position + skip
+                continue
+            if _last_offset(decoded) >= ref.end_offset - 1:
+                return  # the range ends inside this chunk: the rest of the file is not needed
+            if decoded.position == taken:
+                break  # the next batch does not fit the rest of the chunk
+            taken = decoded.position
+        if taken == 0:
             # The next batch does not fit the chunk: a larger chunk for it, or, at the planned
             # end, a torn tail (a batch still being written when the read was planned).
             if size == end - position:
@@ -200,9 +217,7 @@ def _chunks_of(
                 return
             continue
         chunk_bytes = CHUNK_BYTES
-        position += decoded.position
-        if _last_offset(decoded) >= ref.end_offset - 1:
-            return  # the range ends inside this chunk: the rest of the file is not needed
+        position += taken
 
 
 def _declared_size(chunk: bytes) -> int | None:

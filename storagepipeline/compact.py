@@ -48,8 +48,12 @@ from storagepipeline.partition_clean import (
 
 logger = logging.getLogger(__name__)
 
-#: Partitions swapped at a time (the swaps wait on fsync, not on a core).
-_SWAP_THREADS = 4
+#: Partitions swapped at a time at most (the swaps wait on fsync, not on a core: fsyncs in
+#: flight together share the file system's journal commits).
+_SWAP_THREADS = 16
+
+#: The phases of :func:`compact` that ``phases`` reports, in order (seconds each).
+PHASES = ("load", "plan", "clean", "swap", "checkpoint", "shutdown")
 
 #: An executor's offset map for one partition: at most the worker cleaner's default dedupe
 #: buffer (the pages are touched only as keys land, so a small partition costs little).
@@ -77,13 +81,18 @@ def compact(
     configs: Mapping[str, LogConfig] | None = None,
     now_ms: int | None = None,
     map_bytes: int = MAP_BYTES_DEFAULT,
+    phases: dict[str, float] | None = None,
 ) -> list[CompactResult]:
     """Compact the named topics (or partitions) of ``data_dir``; see the module docstring.
     ``map_bytes`` bounds one executor's offset map: a partition with more dirty keys than it
-    holds is cleaned through the aggregated map."""
+    holds is cleaned through the aggregated map. ``phases``, when given, receives the seconds
+    of each of :data:`PHASES` (the driver's clock; ``clean`` is the Spark work) and
+    ``partition_seconds``, the executors' time in :func:`clean_partition`, summed: what the
+    benchmark prints to tell the driver's serial work from the parallel part."""
     configs = dict(configs or {})
     now = int(time.time() * 1000) if now_ms is None else now_ms
     root = Path(data_dir)
+    clock = _PhaseClock(phases)
     try:
         manager = LogManager([root], config_for=lambda t: configs.get(t, _default_config()))
     except LogDirLockedError as exc:
@@ -91,33 +100,57 @@ def compact(
             f"{exc}; compact runs only where no worker holds the dir (or give the worker's "
             "admin URL: compact then runs online, through it)"
         ) from exc
+    clock.lap("load")
     try:
         selected = _selected(manager, topics, partitions, configs)
         checkpoints = LogCleanerManager([root])
         saved = checkpoints.all_checkpoints()
         plans = [plan_round(manager.get_log(tp), saved.get(tp), now) for tp in selected]
+        clock.lap("plan")
         try:
             stats = clean_planned(spark, plans, secret=new_secret(), map_bytes=map_bytes)
         except BaseException:
             # Other partitions' tasks may have finished: nothing of the job stays behind.
             discard_cleaned(plans)
             raise
+        clock.lap("clean")
+        clock.add("partition_seconds", sum(s.get("partition_seconds", 0.0) for s in stats))
         # The swaps are fsync-bound and each holds only its own log's lock: one thread per
-        # partition, a few at a time (the checkpoint update is serialized by the manager).
-        with ThreadPoolExecutor(max_workers=_SWAP_THREADS) as pool:
+        # partition (the checkpoint update is serialized by the manager).
+        with ThreadPoolExecutor(max_workers=max(min(len(plans), _SWAP_THREADS), 1)) as pool:
             swaps = [pool.submit(_swap, manager, plan, stats[i]) for i, plan in enumerate(plans)]
             results = [swap.result() for swap in swaps]
+        clock.lap("swap")
         # Then every round's end in the cleaner checkpoint, in one atomic write (a crash
         # before it leaves the rounds to do again, which finds them clean).
         live = [lg.tp for lg in manager.logs.values()]
         checkpoints.update_checkpoint(
             root, live, updates={plan.tp: plan.end_offset for plan in plans}
         )
+        clock.lap("checkpoint")
         return results
     finally:
         for log in manager.logs.values():
             log.delete_expired_files(force=True)  # the replaced segments: no reader holds them
         manager.shutdown()
+        clock.lap("shutdown")
+
+
+class _PhaseClock:
+    """Seconds since the last lap, into ``phases`` (nothing when it is None)."""
+
+    def __init__(self, phases: dict[str, float] | None) -> None:
+        self.phases = phases
+        self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.add(name, now - self.last)
+        self.last = now
+
+    def add(self, name: str, seconds: float) -> None:
+        if self.phases is not None:
+            self.phases[name] = self.phases.get(name, 0.0) + seconds
 
 
 def _default_config() -> LogConfig:

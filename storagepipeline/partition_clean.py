@@ -21,6 +21,7 @@ it wrote when it fails. Must not swap, delete or rename anything: that is the sw
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -156,6 +157,7 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
     Returns ``index``, ``fits`` (False: nothing written, the map filled first), ``keys`` and,
     when it fits, ``cleaned_sizes`` (bytes per group) and the cleaner's figures summed over
     the groups."""
+    started = time.perf_counter()
     tp = TopicPartition(task.topic, task.partition)
     sources = [_FileSegment(segment) for segment in task.segments]
     written: list[int] = []
@@ -171,7 +173,12 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
             view, task.first_dirty_offset, task.upper_bound, task.aborted, stats
         )
         if full:
-            return {"index": task.index, "fits": False, "keys": offset_map.size}
+            return {
+                "index": task.index,
+                "fits": False,
+                "keys": offset_map.size,
+                "partition_seconds": time.perf_counter() - started,
+            }
         end_offset = max(offset_map.latest_offset + 1, task.first_dirty_offset)
         assert end_offset == task.end_offset, (tp, end_offset, task.end_offset)
         txns = CleanedTransactionMetadata(list(task.aborted))
@@ -204,6 +211,7 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
             "fits": True,
             "keys": offset_map.size,
             "cleaned_sizes": sizes,
+            "partition_seconds": time.perf_counter() - started,
             **stats.as_dict(),
         }
     except BaseException:

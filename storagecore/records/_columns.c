@@ -1,7 +1,7 @@
 /* The columnar decoder: a file region of record batches to Arrow-layout column buffers.
  *
  * decode_columns(region, position, end, columns, min_offset, max_offset, include_control,
- *                max_output_bytes, decompress)
+ *                max_output_bytes, decompress[, max_rows])
  *   -> (rows, batches, position, problem, buffers, null_counts, batch_buffers)
  *
  * Compiled into storagecore.records._native (beside the record scan of _native.c); called
@@ -414,11 +414,11 @@ fail:
 
 PyObject *storagecore_decode_columns(PyObject *self, PyObject *args) {
     Py_buffer view;
-    Py_ssize_t position, end, max_output_bytes;
+    Py_ssize_t position, end, max_output_bytes, max_rows = 0;
     PyObject *columns, *min_obj, *max_obj, *decompress;
     int include_control;
-    if (!PyArg_ParseTuple(args, "y*nnOOOpnO", &view, &position, &end, &columns, &min_obj,
-                          &max_obj, &include_control, &max_output_bytes, &decompress))
+    if (!PyArg_ParseTuple(args, "y*nnOOOpnO|n", &view, &position, &end, &columns, &min_obj,
+                          &max_obj, &include_control, &max_output_bytes, &decompress, &max_rows))
         return NULL;
     out_t o;
     PyObject *problem = NULL, *ret = NULL;
@@ -462,6 +462,12 @@ PyObject *storagecore_decode_columns(PyObject *self, PyObject *args) {
                       (batch.has_max && base_offset >= batch.max_offset);
         int is_control = (attributes & CONTROL_FLAG_MASK) != 0;
         Py_ssize_t first_row = o.rows;
+        /* A batch that would take the rows past max_rows ends the call (unless no row is
+         * decoded yet): the caller's next call starts at it. Its count is not validated yet;
+         * a bad one only ends this call early, and the next call reports it. */
+        if (max_rows > 0 && o.rows > 0 && !outside && (!is_control || include_control) &&
+            (int64_t)o.rows + (int64_t)count > (int64_t)max_rows)
+            break;
         if (!outside) {
             int8_t magic = (int8_t)b[MAGIC_OFFSET];
             uint32_t stored = (uint32_t)get32(b + CRC_OFFSET);

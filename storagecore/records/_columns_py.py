@@ -62,6 +62,7 @@ def decode_columns(  # noqa: PLR0917 - the C function's positional signature
     include_control: bool,
     max_output_bytes: int,
     decompress: Decompress,
+    max_rows: int = 0,
 ) -> RawColumns:
     wanted = wanted_columns(columns)
     view = memoryview(region).cast("B")
@@ -113,6 +114,9 @@ def decode_columns(  # noqa: PLR0917 - the C function's positional signature
         )
         is_control = bool(attributes & layout.CONTROL_FLAG_MASK)
         first_row = out.rows
+        decoded = not outside and (not is_control or include_control)
+        if decoded and 0 < max_rows < out.rows + count and out.rows > 0:
+            break  # the batch would take the rows past max_rows: the next call starts here
         if not outside:
             try:
                 _validate(view, position, size, header)

@@ -109,6 +109,7 @@ def decode_columns(
     include_control: bool,
     max_output_bytes: int,
     decompress: Decompress,
+    max_rows: int = 0,
     /,
 ) -> tuple[
     int,

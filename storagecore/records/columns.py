@@ -29,6 +29,9 @@ Choices a caller should know:
 * **Batch table**: beside the columns, every walked batch gets an entry in
   ``batch_buffers`` (position, header fields, and which rows came from it), so that a reader
   can, say, drop the rows of aborted transactions by producer id without another walk.
+* **Output size**: ``max_rows`` bounds the rows of one call at a batch boundary, so that a
+  reader gets its Arrow batches from the decoder at their final size (buffers of a few MB that
+  the allocator reuses, instead of a whole file region's worth faulted in and freed per call).
 * **Compressed batches** are decompressed once per batch through :mod:`.codecs` (the only
   crossing into Python, once per compressed batch), bounded by ``max_output_bytes``.
 """
@@ -61,6 +64,7 @@ _Decode = Callable[
         bool,
         int,
         Decompress,
+        int,
     ],
     _columns_py.RawColumns,
 ]
@@ -97,14 +101,19 @@ def decode_columns(
     max_offset: int | None = None,
     include_control: bool = False,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    max_rows: int = 0,
 ) -> DecodedColumns:
     """The requested ``columns`` of the batches in ``region[position:end]`` (``end``: the
-    region's end when None). See the module docstring and :class:`DecodedColumns`."""
+    region's end when None). See the module docstring and :class:`DecodedColumns`.
+    ``max_rows`` (0: no limit) ends the walk before a batch that would take the rows past it,
+    once a row is decoded (a first batch holding more is decoded whole); ``position`` is
+    then that batch's, where the next call starts. Legacy v0/v1 entries never end a call
+    early (a reader slices what it gets)."""
     names = tuple(sorted(_columns_py.wanted_columns(columns), key=COLUMN_NAMES.index))
     if end is None:
         end = memoryview(region).nbytes
     args = (region, position, end, names, min_offset, max_offset, include_control)
-    raw = _decode(*args, max_output_bytes, _decompress)
+    raw = _decode(*args, max_output_bytes, _decompress, max_rows)
     problem_at = raw[2]
     if (
         raw[3] is not None
@@ -114,7 +123,7 @@ def decode_columns(
     ):
         # The C decoder takes magic 2 only; a region holding v0/v1 entries (old data, read
         # rarely) is decoded whole by the reference, which reads them.
-        raw = _columns_py.decode_columns(*args, max_output_bytes, _decompress)
+        raw = _columns_py.decode_columns(*args, max_output_bytes, _decompress, max_rows)
     return DecodedColumns(*raw)
 
 

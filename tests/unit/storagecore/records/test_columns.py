@@ -332,6 +332,51 @@ def test_generated_logs_decode_as_the_model(
 
 
 @given(
+    specs=st.lists(spec_strategy, min_size=0, max_size=6),
+    max_rows=st.integers(1, 12),
+    bounds=st.tuples(st.integers(95, 160), st.integers(95, 160)),
+    include_control=st.booleans(),
+)
+def test_max_rows_splits_the_walk_at_batch_boundaries(
+    specs: list[Spec], max_rows: int, bounds: tuple[int, int], include_control: bool
+) -> None:
+    """Calls of at most ``max_rows`` rows, each from where the last stopped, walk every batch
+    once and give the rows of one unbounded call; a call stops only before a batch whose
+    records would pass the bound, and takes a larger batch whole when it has no row yet."""
+    log = build_log(specs, first_offset=100)
+    low, high = sorted(bounds)
+    options: dict[str, Any] = {
+        "min_offset": low,
+        "max_offset": high,
+        "include_control": include_control,
+    }
+    whole = both(log, **options)
+    position, batches, parts = 0, 0, []
+    while True:
+        part = both(log, position, max_rows=max_rows, **options)
+        assert part.problem is None
+        table = batch_table(part)
+        if part.rows > max_rows:
+            assert len([e for e in table if e["rows"]]) == 1, "only a lone batch passes the bound"
+        if part.position < len(log):
+            # Stopped before a batch that would pass the bound (not at a torn tail).
+            count = struct.unpack_from(">i", log, part.position + layout.RECORDS_COUNT_OFFSET)[0]
+            assert part.rows > 0 and part.rows + count > max_rows
+        parts.append(part)
+        batches += part.batches
+        if part.position == len(log):
+            break
+        assert part.position > position
+        position = part.position
+    assert batches == whole.batches
+    assert sum(p.rows for p in parts) == whole.rows
+    for name, array in to_arrow(whole).items():
+        pieces = [to_arrow(p)[name] for p in parts if p.rows]
+        joined = pa.concat_arrays(pieces) if pieces else array.slice(0, 0)
+        assert joined.equals(array), name
+
+
+@given(
     specs=st.lists(spec_strategy, min_size=1, max_size=6),
     bounds=st.tuples(st.integers(95, 160), st.integers(95, 160)),
 )
