@@ -8,6 +8,14 @@ keys do not fit one executor's map.
    (:meth:`storagecore.cleaner.Cleaner.write_cleaned_segment`) into ``<base>.log.cleaned``; an
    executor's memory holds one group's keys.
 
+No Python runs per record: the segments are read by the native columnar decoder
+(:func:`storagepipeline.columnar.decoded_chunks`, every batch CRC-checked), a decoded key column
+is digested in one native call (:func:`storagecore.cleaner.offset_map.key_digests`), and the
+rows reach Spark as Arrow batches through a Python data source defined for the job (pyspark's
+``mapInArrow`` would need pandas). The join's result reaches each group's executor as one
+Python tuple per distinct key of the group (the same limit), and its map is loaded from them in
+one native call (:meth:`SkimpyOffsetMap.put_digests`).
+
 Called by :mod:`storagepipeline.compact`, which plans the tasks and swaps the result. Writes only
 ``.cleaned`` files; a corrupt batch fails the job.
 """
@@ -16,24 +24,30 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import uuid
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's customary alias
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from storagecore import LogConfig, TopicPartition
 from storagecore.cleaner import CleanedTransactionMetadata, Cleaner, CleanerStats
-from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap, key_digest
+from storagecore.cleaner.map_source import FileSegment
+from storagecore.cleaner.offset_map import ENTRY_BYTES, HASH_BYTES, SkimpyOffsetMap, key_digests
 from storagecore.cleaner.round_plan import RoundPlan
 from storagecore.config import CleanerConfig
-from storagecore.errors import CorruptRecordError
-from storagecore.records.file_records import FileRecords
+from storagecore.records import layout
+from storagecore.records.columns_types import DecodedColumns
 from storagecore.transactions import AbortedTxn, ProducerLastBatch
-from storagepipeline import reading
-from storagepipeline.logdirs import CorruptDataError, PartitionSnapshot, SegmentRef, clip
+from storagepipeline import columnar, reading
+from storagepipeline.logdirs import PartitionSnapshot, SegmentRef, clip
 from storagepipeline.partition_clean import SegmentFile
 
 #: The job never skips: a corrupt batch or a missing range fails it (nothing is swapped).
@@ -42,18 +56,23 @@ _STRICT = reading.ReadOptions(fail_on_corruption=True, fail_on_data_loss=True)
 
 _KEYS_SCHEMA = StructType(
     [
-        StructField("tpi", IntegerType(), False),
-        StructField("digest", BinaryType(), False),
-        StructField("offset", LongType(), False),
+        StructField("tpi", IntegerType()),
+        StructField("digest", BinaryType()),
+        StructField("offset", LongType()),
     ]
 )
+_KEYS_ARROW = pa.schema([("tpi", pa.int32()), ("digest", pa.binary()), ("offset", pa.int64())])
 _GROUP_KEYS_SCHEMA = StructType(
     [
-        StructField("gid", IntegerType(), False),
-        StructField("tpi", IntegerType(), False),
-        StructField("digest", BinaryType(), False),
+        StructField("gid", IntegerType()),
+        StructField("tpi", IntegerType()),
+        StructField("digest", BinaryType()),
     ]
 )
+_GROUP_KEYS_ARROW = pa.schema([("gid", pa.int32()), ("tpi", pa.int32()), ("digest", pa.binary())])
+#: The decoder's columns the map needs, and its rows per call (a few MB of buffers).
+_MAP_COLUMNS = ("key", "offset")
+_ROWS_PER_CALL = 65536
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -94,69 +113,135 @@ class GroupTask:
     legacy_delete_horizon_ms: int = 0
 
 
-class _ReadOnlySegment:
-    """A segment as the cleaner's filter reads it, without opening its indexes."""
-
-    def __init__(self, segment: SegmentFile) -> None:
-        self.base_offset = segment.base_offset
-        self.log = FileRecords(Path(segment.path), create=False, writable=False)
-        assert self.log.size_bytes >= segment.size_bytes, (segment, self.log.size_bytes)
-        self.log.size_bytes = segment.size_bytes  # nothing appended after planning
-
-
 def _is_aborted(aborted: Sequence[AbortedTxn], producer_id: int, offset: int) -> bool:
     return any(
         t.producer_id == producer_id and t.first_offset <= offset < t.last_offset for t in aborted
     )
 
 
-def _map_keys(task: MapTask) -> Iterator[tuple[int, bytes, int]]:
+def _keyed_digests(
+    decoded: DecodedColumns, aborted: Sequence[AbortedTxn], secret: bytes
+) -> tuple[pa.Array, pa.Array]:
+    """The digests (``binary``, 16 bytes each) and offsets of the decoded rows that the map
+    takes: keyed, and not aborted transactional data (the cleaner's ``buildOffsetMap``)."""
+    rows = decoded.rows
+    validity, key_offsets, key_data = decoded.buffers["key"]
+    digests = pa.Array.from_buffers(
+        pa.binary(HASH_BYTES),
+        rows,
+        [None, pa.py_buffer(key_digests(key_offsets, key_data, rows, secret))],
+    ).cast(pa.binary())
+    offsets = pa.Array.from_buffers(
+        pa.int64(), rows, [None, pa.py_buffer(decoded.buffers["offset"][0])]
+    )
+    keys = pa.Array.from_buffers(
+        pa.binary(),
+        rows,
+        [pa.py_buffer(validity), pa.py_buffer(key_offsets), pa.py_buffer(key_data)],
+        null_count=decoded.null_counts["key"],
+    )
+    keep = pc.is_valid(keys)
+    runs = _committed_runs(decoded, aborted)
+    if runs is not None:
+        flags = [pa.repeat(pa.scalar(committed), count) for committed, count in runs if count]
+        keep = pc.and_(keep, pa.concat_arrays(flags))
+    return digests.filter(keep), offsets.filter(keep)
+
+
+def _committed_runs(
+    decoded: DecodedColumns, aborted: Sequence[AbortedTxn]
+) -> list[tuple[bool, int]] | None:
+    """Per decoded batch (from the decoder's batch table, never per record): whether its rows
+    are kept (False: data of an aborted transaction) and how many rows it gave; None when
+    no batch is aborted."""
+    if not aborted or not decoded.batches:
+        return None
+
+    def column(name: str, code: Literal["h", "i", "q"]) -> memoryview:
+        return memoryview(decoded.batch_buffers[name]).cast("B").cast(code)
+
+    table = {
+        "attributes": column("attributes", "h"),
+        "producer_id": column("producer_id", "q"),
+        "base_offset": column("base_offset", "q"),
+        "rows": column("rows", "i"),
+    }
+    runs = [
+        (
+            not (
+                table["attributes"][i] & layout.TRANSACTIONAL_FLAG_MASK
+                and _is_aborted(aborted, table["producer_id"][i], table["base_offset"][i])
+            ),
+            table["rows"][i],
+        )
+        for i in range(decoded.batches)
+    ]
+    return runs if not all(committed for committed, _rows in runs) else None
+
+
+def _map_keys(task: MapTask) -> Iterator[pa.RecordBatch]:
     """``(tpi, digest(key), offset)`` of the keyed data records of the ref's range, aborted
-    transactional data excluded (the cleaner's ``buildOffsetMap``). Batches are CRC-checked
-    by :func:`storagepipeline.reading.batches`; a corrupt one fails the job."""
-    ref = task.ref
-    for batch in reading.batches(ref, Path(task.directory), _STRICT, reading.ReadCounters()):
-        if batch.is_transactional and _is_aborted(
-            task.aborted, batch.producer_id, batch.base_offset
-        ):
-            continue
-        try:
-            decoded = batch.records()
-        except CorruptRecordError as exc:
-            raise CorruptDataError(f"{ref.path}: {exc}") from exc
-        for record in decoded:
-            if record.key is not None and ref.start_offset <= record.offset < ref.end_offset:
-                yield task.tpi, key_digest(record.key, task.secret), record.offset
+    transactional data excluded, one Arrow batch per decoder call. Every batch is CRC-checked
+    by the decoder; a corrupt one fails the job."""
+    chunks = columnar.decoded_chunks(
+        task.ref,
+        Path(task.directory),
+        _MAP_COLUMNS,
+        _STRICT,
+        reading.ReadCounters(),
+        max_rows=_ROWS_PER_CALL,
+    )
+    for decoded in chunks:
+        if decoded.rows:
+            digests, offsets = _keyed_digests(decoded, task.aborted, task.secret)
+            tpi = pa.repeat(pa.scalar(task.tpi, pa.int32()), len(digests))
+            yield pa.RecordBatch.from_arrays([tpi, digests, offsets], schema=_KEYS_ARROW)
 
 
-def _group_keys(task: GroupTask) -> Iterator[tuple[int, int, bytes]]:
-    """``(gid, tpi, digest(key))`` of the keys the group's records hold below the map's end."""
-    seen: set[bytes] = set()
-    counters = reading.ReadCounters()
+def _group_keys(task: GroupTask) -> Iterator[pa.RecordBatch]:
+    """``(gid, tpi, digest(key))`` of the distinct keys the group's records hold below the
+    map's end."""
+    digests = []
     for ref in task.key_refs:
-        for record, _type in reading.records(ref, Path(task.directory), _STRICT, counters):
-            if record.key is not None:
-                seen.add(key_digest(record.key, task.secret))
-    for digest in seen:
-        yield task.gid, task.tpi, digest
+        chunks = columnar.decoded_chunks(
+            ref,
+            Path(task.directory),
+            _MAP_COLUMNS,
+            _STRICT,
+            reading.ReadCounters(),
+            max_rows=_ROWS_PER_CALL,
+        )
+        for decoded in chunks:
+            if decoded.rows:
+                # Every keyed record of the range (aborted ones too: the filter looks them up).
+                digests.append(_keyed_digests(decoded, (), task.secret)[0])
+    distinct = (
+        pc.unique(pa.chunked_array(digests, pa.binary())) if digests else pa.array([], pa.binary())
+    )
+    count = len(distinct)
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(task.gid, pa.int32()), count),
+            pa.repeat(pa.scalar(task.tpi, pa.int32()), count),
+            distinct,
+        ],
+        schema=_GROUP_KEYS_ARROW,
+    )
 
 
-def _clean_group(
-    item: tuple[int, tuple[Iterable[GroupTask], Iterable[tuple[bytes, int]]]],
-) -> dict[str, Any]:
-    """Rewrite one group into ``.cleaned`` files with the storage core's cleaner filter."""
-    _gid, (tasks, pairs) = item
-    (task,) = list(tasks)
-    entries = list(pairs)
+def _clean_group(task: GroupTask, digests: bytes, latest: bytes) -> dict[str, Any]:
+    """Rewrite one group into ``.cleaned`` files with the storage core's cleaner filter;
+    ``digests`` (16 bytes each) and ``latest`` (native int64 each) are its keys' latest
+    offsets."""
+    entries = len(digests) // HASH_BYTES
     # Load factor 0.5: at most half the slots used, so probes stay short.
-    offset_map = SkimpyOffsetMap(max(2 * len(entries), 2) * ENTRY_BYTES, 1.0, secret=task.secret)
-    for digest, latest in entries:
-        offset_map.put_digest(digest, latest)
+    offset_map = SkimpyOffsetMap(max(2 * entries, 2) * ENTRY_BYTES, 1.0, secret=task.secret)
+    offset_map.put_digests(digests, latest)
     offset_map.update_latest_offset(task.end_offset - 1)
     cleaner = Cleaner(offset_map=offset_map, config=CleanerConfig())
     tp = TopicPartition(task.topic, task.partition)
     stats = CleanerStats(topic_partition=str(tp), first_dirty_offset=task.first_dirty_offset)
-    sources = [_ReadOnlySegment(segment) for segment in task.segments]
+    sources = [FileSegment(Path(s.path), s.base_offset, s.size_bytes) for s in task.segments]
     try:
         cleaned = cleaner.write_cleaned_segment(
             Path(task.directory),
@@ -173,8 +258,8 @@ def _clean_group(
         cleaned.close()
     finally:
         for source in sources:
-            source.log.close()
-    return {"gid": task.gid, "keys": len(entries), **stats.as_dict()}
+            source.close()
+    return {"gid": task.gid, "keys": entries, **stats.as_dict()}
 
 
 def run(
@@ -183,22 +268,71 @@ def run(
     """Steps 1 and 2 of the module docstring; per group id, its cleaner figures."""
     if not group_tasks:
         return {}
-    sc = spark.sparkContext
-    keys = spark.createDataFrame(
-        sc.parallelize(map_tasks, max(len(map_tasks), 1)).flatMap(_map_keys), _KEYS_SCHEMA
-    )
+    keys = _arrow_frame(spark, "map_keys", _KEYS_SCHEMA, map_tasks, _map_keys)
     latest = keys.groupBy("tpi", "digest").agg(F.max("offset").alias("latest"))
-    group_keys = spark.createDataFrame(
-        sc.parallelize(group_tasks, len(group_tasks)).flatMap(_group_keys), _GROUP_KEYS_SCHEMA
-    )
+    group_keys = _arrow_frame(spark, "group_keys", _GROUP_KEYS_SCHEMA, group_tasks, _group_keys)
+    # The joined pairs reach each group's executor as rows (pyspark's Arrow UDFs need pandas,
+    # which the pipeline does not install): one Python tuple per distinct key of a group, the
+    # map loaded from them in one native call.
     pairs = (
         group_keys.join(latest, on=["tpi", "digest"])
         .select("gid", "digest", "latest")
         .rdd.map(lambda row: (row["gid"], (bytes(row["digest"]), row["latest"])))
     )
-    tasks = sc.parallelize([(task.gid, task) for task in group_tasks], len(group_tasks))
-    cleaned = tasks.cogroup(pairs, numPartitions=len(group_tasks)).map(_clean_group).collect()
+    tasks = spark.sparkContext.parallelize(
+        [(task.gid, task) for task in group_tasks], len(group_tasks)
+    )
+    cleaned = tasks.cogroup(pairs, numPartitions=len(group_tasks)).map(_clean_cogrouped).collect()
     return {result["gid"]: result for result in cleaned}
+
+
+def _clean_cogrouped(
+    item: tuple[int, tuple[Iterable[GroupTask], Iterable[tuple[bytes, int]]]],
+) -> dict[str, Any]:
+    _gid, (tasks, pairs) = item
+    (task,) = list(tasks)
+    entries = list(pairs)
+    digests = b"".join(digest for digest, _latest in entries)
+    latest = array("q", [offset for _digest, offset in entries]).tobytes()
+    return _clean_group(task, digests, latest)
+
+
+_Task = TypeVar("_Task")
+
+
+def _arrow_frame(
+    spark: SparkSession,
+    what: str,
+    schema: StructType,
+    tasks: Sequence[_Task],
+    read: Callable[[_Task], Iterator[pa.RecordBatch]],
+) -> DataFrame:
+    """The Arrow batches that ``read`` yields for each task (one Spark task each), as a
+    DataFrame: a Python data source defined for this job (the tasks travel pickled with its
+    class, never in its options, which Spark shows in plans)."""
+
+    class TaskReader(DataSourceReader):
+        def partitions(self) -> Sequence[InputPartition]:
+            return [InputPartition(i) for i in range(len(tasks))]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            yield from read(tasks[partition.value])
+
+    name = f"logkeeper_compact_{what}_{uuid.uuid4().hex}"
+
+    class TaskSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return name
+
+        def schema(self) -> StructType:
+            return schema
+
+        def reader(self, schema: StructType) -> DataSourceReader:
+            return TaskReader()
+
+    spark.dataSource.register(TaskSource)
+    return spark.read.format(name).load()
 
 
 #: The cleaner's figures that add up over groups.

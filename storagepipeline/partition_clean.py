@@ -24,19 +24,16 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from storagecore import LogConfig, TopicPartition
 from storagecore import files as core_files
 from storagecore.cleaner import CleanedTransactionMetadata, Cleaner, CleanerStats
 from storagecore.cleaner.legacy import legacy_delete_horizon_ms
+from storagecore.cleaner.map_source import FileMapSource
 from storagecore.cleaner.offset_map import ENTRY_BYTES, SkimpyOffsetMap
 from storagecore.cleaner.round_plan import RoundPlan
 from storagecore.config import CleanerConfig
-from storagecore.index.offset_index import OffsetPosition
-from storagecore.log import Log
-from storagecore.log_dir_view import index_position
-from storagecore.records.file_records import FileRecords
 from storagecore.transactions import AbortedTxn, ProducerLastBatch
 
 
@@ -115,35 +112,6 @@ class PartitionCleanTask:
         )
 
 
-class _FileSegment:
-    """A segment as the cleaner's two passes read it: read-only, bounded to its planned bytes,
-    its offset index read whole (a hint, as :mod:`storagecore.log_dir_view` treats it)."""
-
-    def __init__(self, segment: SegmentFile) -> None:
-        self.base_offset = segment.base_offset
-        self._path = Path(segment.path)
-        self.log = FileRecords(self._path, create=False, writable=False)
-        assert self.log.size_bytes >= segment.size_bytes, (segment, self.log.size_bytes)
-        self.log.size_bytes = segment.size_bytes
-        self.offset_index = self
-
-    def lookup(self, offset: int) -> OffsetPosition:
-        """The offset index's answer: a position at or before the batch holding ``offset``."""
-        position = index_position(self._path, self.base_offset, offset, self.log.size_bytes)
-        return OffsetPosition(offset, position)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _FileLog:
-    """What :meth:`Cleaner.build_offset_map` reads of a :class:`storagecore.Log`."""
-
-    tp: TopicPartition
-    segments: Sequence[_FileSegment]
-    #: Bounds the keys a round may put (the cleaner sizes its map's probed prefix by it): the
-    #: planned first uncleanable offset, where the map pass stops (a segment base).
-    log_end_offset: int
-
-
 def map_bytes_for(span_offsets: int, map_bytes_max: int, load_factor: float) -> int:
     """Bytes of a map that holds ``span_offsets`` keys (at most ``map_bytes_max``): a partition
     with few dirty offsets does not reserve the whole budget."""
@@ -159,18 +127,22 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
     the groups."""
     started = time.perf_counter()
     tp = TopicPartition(task.topic, task.partition)
-    sources = [_FileSegment(segment) for segment in task.segments]
+    source = FileMapSource.open(
+        tp,
+        [(Path(s.path), s.base_offset, s.size_bytes) for s in task.segments],
+        # Bounds the keys a round may put (the cleaner sizes its map's probed prefix by it):
+        # the planned first uncleanable offset, where the map pass stops (a segment base).
+        task.upper_bound,
+    )
+    sources = source.segments
     written: list[int] = []
     sizes: list[int] = []
     try:
         offset_map = SkimpyOffsetMap(task.map_bytes, task.load_factor, secret=task.secret)
         cleaner = Cleaner(offset_map=offset_map, config=CleanerConfig())
         stats = CleanerStats(topic_partition=str(tp), first_dirty_offset=task.first_dirty_offset)
-        # The cleaner reads a Log's ``tp``, ``segments`` (base_offset, log, offset_index) and
-        # ``log_end_offset``: the read-only view provides exactly those.
-        view = cast(Log, _FileLog(tp, sources, task.upper_bound))
         full = cleaner.build_offset_map(
-            view, task.first_dirty_offset, task.upper_bound, task.aborted, stats
+            source, task.first_dirty_offset, task.upper_bound, task.aborted, stats
         )
         if full:
             return {
@@ -219,8 +191,7 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
             delete_cleaned(Path(task.directory), base)
         raise
     finally:
-        for source in sources:
-            source.log.close()
+        source.close()
 
 
 def delete_cleaned(directory: Path, base_offset: int) -> None:

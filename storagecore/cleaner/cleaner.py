@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from storagecore import files
 from storagecore.cleaner.cleaned_output import CleanedOutput
@@ -37,6 +38,7 @@ from storagecore.cleaner.legacy import (
     legacy_delete_horizon_ms,
     map_legacy_keys,
 )
+from storagecore.cleaner.map_source import MapSource
 from storagecore.cleaner.offset_map import (
     FilteredRecords,
     FilteredRegion,
@@ -62,6 +64,8 @@ from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type_of
 
 logger = logging.getLogger(__name__)
+
+_Segment = TypeVar("_Segment", bound=SegmentSource)
 
 
 # -- the cleaner -------------------------------------------------------------------------------
@@ -148,7 +152,7 @@ class Cleaner:
     # -- the offset map --------------------------------------------------------------------
     def build_offset_map(
         self,
-        log: Log,
+        log: MapSource,
         start: int,
         end: int,
         aborted: Sequence[AbortedTxn],
@@ -493,8 +497,8 @@ def _account_region(filtered: FilteredRegion, stats: CleanerStats) -> None:
 
 
 def dirty_segments(
-    segments: Sequence[LogSegment], start: int, end: int
-) -> list[tuple[LogSegment, int]]:
+    segments: Sequence[_Segment], start: int, end: int
+) -> list[tuple[_Segment, int]]:
     """The segments holding offsets of ``[start, end)``, each with where the next one starts
     (``end`` for the last): what a round maps."""
     return [

@@ -80,6 +80,23 @@ def key_digest(key: bytes | bytearray | memoryview, secret: bytes) -> bytes:
     return siphash128(key, secret)
 
 
+def key_digests(
+    offsets: bytes | bytearray | memoryview,
+    data: bytes | bytearray | memoryview,
+    rows: int,
+    secret: bytes,
+) -> bytes:
+    """The digests (16 bytes each, in order) of the ``rows`` items of an Arrow binary column
+    (``offsets``: rows + 1 native int32 into ``data``, as the columnar decoder returns them);
+    a null item is digested as the empty key (its validity is the caller's to apply). One
+    call per column, no Python per key when the extension is built."""
+    if _NATIVE is not None:
+        return bytes(_NATIVE.digest_keys(offsets, data, rows, secret))
+    ends = memoryview(offsets).cast("B").cast("i")
+    view = memoryview(data).cast("B")
+    return b"".join(siphash128(view[ends[i] : ends[i + 1]], secret) for i in range(rows))
+
+
 def new_secret() -> bytes:
     """A fresh digest secret (one per cleaning round, or one per Spark job)."""
     return os.urandom(SECRET_BYTES)
@@ -205,6 +222,29 @@ class SkimpyOffsetMap:
             self.size += 1
         OFFSET.pack_into(self._table, position + HASH_BYTES, offset)
         self.latest_offset = offset
+
+    def put_digests(
+        self, digests: bytes | bytearray | memoryview, offsets: bytes | bytearray | memoryview
+    ) -> None:
+        """:meth:`put_digest` of each 16-byte digest of ``digests`` with the native int64 of
+        ``offsets`` at the same index, in order (one call for a column of them)."""
+        count = len(digests) // HASH_BYTES
+        values = memoryview(offsets).cast("B").cast("q")
+        assert len(digests) == count * HASH_BYTES and len(values) == count, (count, len(values))
+        if count == 0:
+            return
+        if self._native is None:
+            view = memoryview(digests)
+            for i in range(count):
+                self.put_digest(bytes(view[i * HASH_BYTES : (i + 1) * HASH_BYTES]), values[i])
+            return
+        size, lookups, probes = self._native.put_digests(
+            self._probed, self.slots, self.size, digests, offsets
+        )
+        self.size = size
+        self.latest_offset = values[count - 1]
+        self.lookups += lookups
+        self.probes += probes
 
     def get_digest(self, digest: bytes) -> int:
         """The offset stored for ``digest``, or -1."""

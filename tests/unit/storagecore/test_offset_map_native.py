@@ -15,6 +15,7 @@ import dataclasses
 import os
 import random
 import shutil
+import struct
 import tempfile
 import unittest.mock
 from collections.abc import Iterator
@@ -37,7 +38,12 @@ from storagecore import (
     build_batch,
 )
 from storagecore.cleaner import Cleaner, CleanerStats, CleanRequest, regions
-from storagecore.cleaner.offset_map import IMPLEMENTATION, SkimpyOffsetMap
+from storagecore.cleaner.offset_map import (
+    IMPLEMENTATION,
+    SkimpyOffsetMap,
+    key_digest,
+    key_digests,
+)
 from storagecore.cleaner.siphash import siphash128
 from storagecore.errors import CorruptRecordError
 from storagecore.native import load_extension
@@ -163,6 +169,56 @@ def test_puts_leave_the_same_table(
         python_map.latest_offset,
     )
     assert (native_map.lookups, native_map.probes) == (python_map.lookups, python_map.probes)
+
+
+@given(keys=st.lists(st.binary(max_size=40), max_size=40))
+def test_key_digests_of_a_column_are_each_keys_digest(keys: list[bytes]) -> None:
+    """The digests of an Arrow binary column (int32 offsets + data) are the map's digest of
+    each key, in order, by whichever implementation is loaded."""
+    ends = [0]
+    for key in keys:
+        ends.append(ends[-1] + len(key))
+    offsets = struct.pack(f"={len(ends)}i", *ends)
+    digests = key_digests(offsets, b"".join(keys), len(keys), SECRET)
+    assert digests == b"".join(key_digest(key, SECRET) for key in keys)
+
+
+@needs_native
+def test_key_digests_refuse_offsets_outside_the_data() -> None:
+    assert _native is not None
+    with pytest.raises(ValueError, match="key 0: offsets"):
+        _native.digest_keys(struct.pack("=2i", 0, 9), b"short", 1, SECRET)
+    with pytest.raises(ValueError, match="cannot hold 3 rows"):
+        _native.digest_keys(struct.pack("=2i", 0, 1), b"x", 3, SECRET)
+
+
+@given(
+    pairs=st.lists(st.tuples(st.binary(max_size=6), st.integers(0, 2**40)), max_size=50),
+    native=st.booleans(),
+)
+def test_put_digests_is_put_digest_in_order(pairs: list[tuple[bytes, int]], native: bool) -> None:
+    """One call for a column of (digest, offset) pairs leaves the table, size and latest
+    offset that put_digest one pair at a time leaves (repeated keys: the last offset wins)."""
+    memory = 24 * max(2 * len(pairs), 2)
+    bulk = SkimpyOffsetMap(memory, 1.0, native=native, secret=SECRET)
+    single = SkimpyOffsetMap(memory, 1.0, native=False, secret=SECRET)
+    digests = [single.digest(key) for key, _offset in pairs]
+    for digest, (_key, offset) in zip(digests, pairs, strict=True):
+        single.put_digest(digest, offset)
+    offsets = struct.pack(f"={len(pairs)}q", *(offset for _key, offset in pairs))
+    bulk.put_digests(b"".join(digests), offsets)
+    assert bytes(bulk._table) == bytes(single._table)
+    assert bulk.size == single.size
+    if pairs:
+        assert bulk.latest_offset == single.latest_offset == pairs[-1][1]
+
+
+@needs_native
+def test_put_digests_into_a_full_map_is_a_bug() -> None:
+    full = SkimpyOffsetMap(24 * 2, 1.0, secret=SECRET)
+    digests = b"".join(full.digest(bytes([i])) for i in range(3))
+    with pytest.raises(AssertionError, match="full offset map"):
+        full.put_digests(digests, struct.pack("=3q", 1, 2, 3))
 
 
 @needs_native
