@@ -10,8 +10,10 @@
    do not fit the executor's map (``map_bytes``) writes nothing and goes to
 3. (Spark, only for those) the aggregated offset map (:mod:`storagepipeline.aggregated_map`):
    ``(partition, digest(key)) → max offset`` as a Spark aggregation, joined back to each group;
-4. (driver) swap each cleaned group in with :meth:`storagecore.Log.replace_segments` (the
-   crash-safe protocol), update the cleaner checkpoint, shut the log manager down cleanly.
+4. (driver) swap each partition's cleaned groups in with :meth:`storagecore.Log.replace_segments`
+   (one run of the crash-safe protocol per partition, the partitions in parallel threads:
+   the swaps wait on directory fsyncs), write every round's end into the cleaner checkpoint
+   at once, shut the log manager down cleanly.
 
 Every digest is the offset map's keyed SipHash under one secret drawn for the job. Because the
 filter, the groups, the horizon and the offset range are the cleaner's, the result is the records
