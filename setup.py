@@ -56,6 +56,7 @@ setup(
                 "storagecore/cleaner/_cleaner_legacy.h",
                 "storagecore/records/_legacy.h",
                 "storagecore/records/_scan.h",
+                "storagecore/cleaner/_cleaner_columns.h",
             ],
             extra_compile_args=["-O3", "-Wall", "-Werror"],
         ),
