@@ -17,7 +17,7 @@ from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.config import CleanerConfig
 from storagecore.partitioner import partition_for_key
 from storagepipeline import PipelineError, jobs
-from storagepipeline.compact import compact
+from storagepipeline.compact import PHASES, compact
 from storagepipeline.jobs import read_manifest, snapshot, stats
 from tests.integration.storagepipeline.conftest import (
     START_MS,
@@ -81,10 +81,19 @@ def test_compact_writes_what_the_core_cleaner_writes(
     by_spark = copy_dir(source, tmp_path / "spark")
     rounds = core_clean(by_core, config)
     assert len(rounds) == 2  # one round per partition: the core cleaner can do the job
+    phases: dict[str, float] = {}
     results = compact(
-        spark, str(by_spark), topics=["profiles"], configs={"profiles": config}, now_ms=NOW_MS
+        spark,
+        str(by_spark),
+        topics=["profiles"],
+        configs={"profiles": config},
+        now_ms=NOW_MS,
+        phases=phases,
     )
     assert [(r.topic, r.partition) for r in results] == [("profiles", 0), ("profiles", 1)]
+    # The driver's clock over each phase, and the executors' own time (the benchmark's lines).
+    assert list(phases) == [*PHASES[:3], "partition_seconds", *PHASES[3:]]
+    assert all(seconds >= 0 for seconds in phases.values()) and phases["partition_seconds"] > 0
     core_files = segment_files(by_core, "profiles")
     spark_files = segment_files(by_spark, "profiles")
     assert core_files.keys() == spark_files.keys()

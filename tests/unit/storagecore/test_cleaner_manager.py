@@ -261,3 +261,9 @@ def test_update_checkpoint_prunes_partitions_that_are_gone(
     cm.update_checkpoint(tmp_path, [a], remove=a)
     assert cm.all_checkpoints() == {}
     assert (tmp_path / files.CLEANER_OFFSET_CHECKPOINT).read_text() == "0\n0\n"
+    # Many rounds' ends in one write (the Spark compact job's), the gone ones pruned too.
+    c = TopicPartition("c", 0)
+    cm.update_checkpoint(tmp_path, [a, b, c], updates={a: 3, b: 4, c: 5})
+    assert cm.all_checkpoints() == {a: 3, b: 4, c: 5}
+    cm.update_checkpoint(tmp_path, [b, c], update=(a, 1), updates={c: 8})
+    assert cm.all_checkpoints() == {b: 4, c: 8}

@@ -115,6 +115,43 @@ def test_partition_path_writes_what_the_core_cleaner_writes(
     assert not list(source.glob(f"*{files.CLEANED_SUFFIX}"))
 
 
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_partitions_groups_swap_in_one_run_of_the_protocol(
+    tmp_path: Path, clock: ManualClock, refused: bool
+) -> None:
+    """All groups of a plan go in with one replace_segments (a crash leaves the round exactly
+    undone or exactly done; two directory fsyncs per partition, not per group). When the log
+    refuses that (a segment left it meanwhile), each group is swapped alone, as the cleaner
+    does."""
+    source = tmp_path / "t-0"
+    mixed_log(source, clock)
+    core = shutil.copytree(source, tmp_path / "core" / "t-0")
+    by_core(core, clock)
+    with opened(source, clock) as log:
+        plan = planned(log)
+        assert len(plan.groups) > 1
+        sizes = clean(plan)["cleaned_sizes"]
+        calls: list[tuple[list[int], list[int]]] = []
+        real = log.replace_segments
+
+        def replace(new: Any, old: Any) -> bool:
+            calls.append(([s.base_offset for s in new], [s.base_offset for s in old]))
+            return False if refused and len(calls) == 1 else real(new, old)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(log, "replace_segments", replace)
+            assert swap_planned(log, plan, sizes)
+        log.delete_expired_files(force=True)
+    bases = [[plan.segments[i].base_offset for i in group] for group in plan.groups]
+    every = [base for group in bases for base in group]
+    assert calls[0] == ([group[0] for group in bases], every)
+    if refused:
+        assert calls[1:] == [([group[0]], group) for group in bases]
+    else:
+        assert len(calls) == 1
+    assert log_files(source) == log_files(core)
+
+
 def test_a_map_too_small_writes_nothing(tmp_path: Path, clock: ManualClock) -> None:
     source = tmp_path / "t-0"
     mixed_log(source, clock)
