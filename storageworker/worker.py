@@ -48,7 +48,12 @@ from storageworker.controls import (
 from storageworker.external_rounds import ExternalRounds
 from storageworker.scheduler import Scheduler
 from storageworker.settings import VolumeSettings, WorkerSettings, load_settings
-from storageworker.topics import TopicSources, parse_topic_sources, read_topic_sources
+from storageworker.topics import (
+    TopicSources,
+    parse_topic_sources,
+    read_topic_sources,
+    stat_stamp,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +70,8 @@ class ConfigStatus:
     """Of the content in force (the last good)."""
     seen: str | None = None
     """Of the content read last (good or not): unchanged content is not parsed again."""
+    stamp: str | None = None
+    """Of the files' metadata at the read last (topics.stat_stamp): unchanged, not read again."""
     error: str | None = None
     error_since_ms: int | None = None
     loaded_ms: int | None = None
@@ -174,7 +181,11 @@ class Worker:
         """Re-read the topic files; True when a new, valid set was taken."""
         status = self.topics_status
         try:
+            stamp = stat_stamp(self.topics_path)
+            if stamp is not None and stamp == status.stamp:
+                return False
             sources: TopicSources = read_topic_sources(self.topics_path)
+            status.stamp = stamp
             if not self._changed(status, sources.fingerprint):
                 return False
             topics = parse_topic_sources(sources)

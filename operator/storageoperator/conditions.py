@@ -9,12 +9,22 @@ in force), ``Progressing`` (not yet), ``Degraded`` (a partition is uncleanable o
 worker rejected its topic file, or the worker cannot be reached), ``CleaningPaused``,
 ``RetentionPaused`` (from the worker's report, else from the annotations),
 ``ReconciliationPaused`` (the operator leaves the children alone and only reports).
+
+Size: what the operator writes into a status stays far below the API server's object limit
+(1.5 MiB a request, 1 MiB advised) whatever the partition count. A Topic's
+``partitionStatus`` lists every partition up to :data:`PARTITION_STATUS_MAX`; beyond, it lists
+that many (those needing attention first: uncleanable or offline, then the dirtiest) and
+``partitionStatusOmitted`` says how many it leaves out, beside the summaries (``partitions``,
+``sizeBytes``, ``maxDirtyRatio``, ``uncleanablePartitions``). A message names at most
+:data:`MESSAGE_ITEMS_MAX` partitions ("and N more") and is cut at :data:`MESSAGE_CHARS_MAX`.
+The StorageVolume's status holds summaries only.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from storagecore.config import TopicPartition, topic_spec_from_manifest
@@ -24,7 +34,43 @@ PAUSE_RECONCILIATION: Final = "logkeeper.io/pause-reconciliation"
 PAUSE_CLEANING: Final = "logkeeper.io/pause-cleaning"
 PAUSE_RETENTION: Final = "logkeeper.io/pause-retention"
 
+#: Partitions listed in a Topic's ``partitionStatus`` at most (about 300 bytes each).
+PARTITION_STATUS_MAX: Final = 100
+#: Items (partitions, reasons) a condition message names at most.
+MESSAGE_ITEMS_MAX: Final = 10
+#: Characters of a condition message at most (metav1.Condition allows 32768).
+MESSAGE_CHARS_MAX: Final = 2048
+
 Condition = dict[str, Any]
+
+
+def listing(items: Sequence[str], limit: int = MESSAGE_ITEMS_MAX) -> str:
+    """``items`` joined, the first ``limit`` of them and how many more."""
+    shown = "; ".join(items[:limit])
+    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def worker_views(
+    worker: Mapping[str, Any] | None,
+) -> Callable[[str], Mapping[str, Any] | None]:
+    """For each topic name, the worker's report cut down to that topic's partitions (and
+    ``topics`` to that name when present): the per-Topic functions below then cost the
+    topic's own partitions, not the volume's, in the timer's pass over every Topic."""
+    if worker is None:
+        return lambda name: None
+    by_topic: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for entry in worker.get("partitions") or ():
+        by_topic[str(entry.get("topic"))].append(entry)
+    names = set(worker.get("topics") or ())
+
+    def view(name: str) -> Mapping[str, Any]:
+        return {
+            **worker,
+            "partitions": by_topic.get(name, []),
+            "topics": [name] if name in names else [],
+        }
+
+    return view
 
 
 def is_true(value: Any) -> bool:
@@ -42,6 +88,8 @@ def now_rfc3339(now: datetime.datetime) -> str:
 def condition(
     kind: str, status: bool | None, reason: str, message: str, generation: int
 ) -> Condition:
+    if len(message) > MESSAGE_CHARS_MAX:
+        message = message[: MESSAGE_CHARS_MAX - 16] + " ... (truncated)"
     return {
         "type": kind,
         "status": "Unknown" if status is None else ("True" if status else "False"),
@@ -115,15 +163,35 @@ def topic_figures(name: str, worker: Mapping[str, Any] | None) -> dict[str, Any]
                 f"{last.get('messages_read')} -> {last.get('messages_written')} records, "
                 f"{100 * float(last.get('size_reduction') or 0):.1f}% smaller"
             )
+        if entry.get("offline"):
+            item["offline"] = True
         partitions.append({k: v for k, v in item.items() if v is not None})
     ratios = [p["dirtyRatio"] for p in partitions if "dirtyRatio" in p]
-    return {
+    shown = partitions
+    if len(partitions) > PARTITION_STATUS_MAX:
+        # Those needing attention first, then the dirtiest; listed by partition.
+        shown = sorted(
+            partitions,
+            key=lambda p: (
+                not (p["uncleanable"] or p.get("offline")),
+                -float(p.get("dirtyRatio") or 0),
+                p["partition"],
+            ),
+        )[:PARTITION_STATUS_MAX]
+        shown.sort(key=lambda p: int(p["partition"]))
+    for item in shown:
+        item.pop("offline", None)  # not in the status schema: the Degraded condition says it
+    figures: dict[str, Any] = {
         "topicName": name,
         "partitions": len(partitions),
         "sizeBytes": sum(int(p.get("sizeBytes") or 0) for p in partitions),
         "maxDirtyRatio": max(ratios) if ratios else None,
-        "partitionStatus": partitions,
+        "uncleanablePartitions": sum(1 for p in partitions if p["uncleanable"]),
+        "partitionStatus": shown,
     }
+    if len(shown) < len(partitions):
+        figures["partitionStatusOmitted"] = len(partitions) - len(shown)
+    return figures
 
 
 def topic_conditions(
@@ -186,18 +254,25 @@ def topic_conditions(
         if config_error:
             degraded = (True, "WorkerConfigRejected", str(config_error))
         elif bad:
-            reasons = "; ".join(
-                f"{name}-{p['partition']}: "
-                + ("offline" if p.get("offline") else f"uncleanable: {p.get('uncleanableReason')}")
-                for p in bad
+            reasons = listing(
+                [
+                    f"{name}-{p['partition']}: "
+                    + (
+                        "offline"
+                        if p.get("offline")
+                        else f"uncleanable: {p.get('uncleanableReason')}"
+                    )
+                    for p in sorted(bad, key=lambda p: int(p["partition"]))
+                ]
             )
             degraded = (True, "PartitionUnhealthy", reasons)
         elif undeclared:
             degraded = (
                 True,
                 "UndeclaredPartitions",
-                f"partitions {undeclared} of {name} are on the volume beyond spec.partitions "
-                f"({declared}); raise spec.partitions to {undeclared[-1] + 1} to serve them",
+                f"partitions [{listing([str(p) for p in undeclared])}] of {name} are on the "
+                f"volume beyond spec.partitions ({declared}); raise spec.partitions to "
+                f"{undeclared[-1] + 1} to serve them",
             )
         if adopting:
             ready = (False, "AdoptingClientTopic", f"{name} was created by a Kafka client")
@@ -207,8 +282,9 @@ def topic_conditions(
                 f"the worker is taking {name} over from its client topics",
             )
         elif missing or not in_set:
-            ready = (False, "Progressing", f"the worker does not have partitions {missing} yet")
-            progressing = (True, "ApplyingToWorker", f"partitions {missing} not on the worker")
+            absent = listing([str(p) for p in missing])
+            ready = (False, "Progressing", f"the worker does not have partitions [{absent}] yet")
+            progressing = (True, "ApplyingToWorker", f"partitions [{absent}] not on the worker")
         else:
             ready = (True, "Ready", f"{declared} partitions on the worker")
     result.append(condition("Ready", ready[0], ready[1], ready[2], generation))

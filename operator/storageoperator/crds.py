@@ -23,6 +23,7 @@ from storagecore.config import (
     LONG_MAX,
     TIMESTAMP_TYPES,
 )
+from storageoperator.conditions import PARTITION_STATUS_MAX
 from storageoperator.network_policy import (
     ALLOWED_NAMESPACES_MAX,
     NAMESPACE_LENGTH_MAX,
@@ -547,11 +548,22 @@ def topic_crd() -> dict[str, Any]:
             "partitions": {"type": "integer", "description": "Partitions the worker has."},
             "sizeBytes": {"type": "integer", "format": "int64", "description": "All partitions."},
             "maxDirtyRatio": {"type": "number", "description": "Highest dirty ratio."},
+            "uncleanablePartitions": {
+                "type": "integer",
+                "description": "Partitions the cleaner gave up on.",
+            },
             "partitionStatus": {
                 "type": "array",
-                "maxItems": 10000,
-                "description": "Per partition.",
+                "maxItems": PARTITION_STATUS_MAX,
+                "description": (
+                    f"Per partition: all of them up to {PARTITION_STATUS_MAX}; beyond, that many"
+                    " (uncleanable or offline first, then the dirtiest), by partition."
+                ),
                 "items": partition,
+            },
+            "partitionStatusOmitted": {
+                "type": "integer",
+                "description": "Partitions partitionStatus leaves out (beyond its limit).",
             },
         },
     }

@@ -6,10 +6,11 @@
   (and ServiceMonitor) created or patched, owned by the volume; with NetworkPolicies turned
   off in the operator's settings, the volume's own is deleted. With
   ``logkeeper.io/pause-reconciliation`` the children are left alone.
-* Topic created/changed/resumed → its volume's ConfigMap re-rendered (a paused Topic keeps its
-  entry as it was). Topic deleted (a finalizer) → removed from the ConfigMap, so the worker
-  applies the deletion policy; the finalizer waits for the worker to confirm, and is released
-  with a Warning event saying what was left when the worker cannot confirm.
+* Topic created/changed/resumed → its entry in its volume's topic set (one key of one shard
+  ConfigMap, :mod:`storageoperator.topic_set`; a paused Topic keeps its entry as it was). Topic
+  deleted (a finalizer) → its key removed, so the worker applies the deletion policy; the
+  finalizer waits for the worker to confirm, and is released with a Warning event saying what
+  was left when the worker cannot confirm. The volume's own pass rewrites every shard's delta.
 * A timer per StorageVolume reads the worker's ``/v1/status`` (pod IP, port ``http``) and
   writes the volume's and its Topics' status and conditions.
 
@@ -26,16 +27,16 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 import kopf
 import kubernetes
-import yaml
 from kubernetes.client.exceptions import ApiException
 
-from storageoperator import conditions, metrics, render
+from storageoperator import conditions, metrics, render, topic_set
 from storageoperator.network_policy import NetworkPolicySettings, network_policy
+from storageoperator.topic_set_store import TopicSetStore
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,9 @@ def _networking() -> kubernetes.client.NetworkingV1Api:
     return kubernetes.client.NetworkingV1Api()
 
 
+TOPIC_SET = TopicSetStore(_core, retrying)
+
+
 def list_topics(namespace: str) -> list[dict[str, Any]]:
     result: dict[str, Any] = retrying(
         lambda: cast(
@@ -183,6 +187,13 @@ def _differs(desired: Any, current: Any) -> bool:
     return bool(desired != current)
 
 
+def _without_none(value: Any) -> Any:
+    """A manifest to create: None (a key a patch removes) means absent."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
 def apply_child(manifest: dict[str, Any], namespace: str) -> bool:
     """Create or merge-patch one child; True when something was written."""
     kind, name = manifest["kind"], manifest["metadata"]["name"]
@@ -218,7 +229,7 @@ def apply_child(manifest: dict[str, Any], namespace: str) -> bool:
         if exc.status != 404:
             raise
         try:
-            create(namespace, manifest)
+            create(namespace, _without_none(manifest))
             logger.info("Created %s", what)
             return True
         except ApiException as create_error:
@@ -262,36 +273,12 @@ def _apply_service_monitor(manifest: dict[str, Any], namespace: str) -> bool:
     return True
 
 
-def _paused_entries(
-    namespace: str, volume_name: str, topics: Sequence[Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
-    """The Topics to render: live ones, a paused Topic as the ConfigMap has it now."""
-    paused = {
-        t["metadata"]["name"]
-        for t in topics
-        if conditions.annotation(t, conditions.PAUSE_RECONCILIATION)
-    }
-    result = [t for t in topics if t["metadata"]["name"] not in paused]
-    if not paused:
-        return result
-    try:
-        current = _core().read_namespaced_config_map(render.child_name(volume_name), namespace)
-        documents = list(yaml.safe_load_all((current.data or {}).get("topics.yaml") or ""))
-    except ApiException:
-        documents = []
-    for document in documents:
-        if isinstance(document, dict) and (document.get("metadata") or {}).get("name") in paused:
-            result.append(document)
-    return result
-
-
 def reconcile_volume(volume: Mapping[str, Any]) -> list[str]:
     """Make the volume's children match; the names of those written."""
     namespace = volume["metadata"]["namespace"]
     name = volume["metadata"]["name"]
-    topics = render.topics_of_volume(name, list_topics(namespace))
     children = [
-        render.config_map(volume, _paused_entries(namespace, name, topics)),
+        render.config_map(volume),
         render.stateful_set(volume, IMAGE),
         render.service(volume),
     ]
@@ -308,6 +295,13 @@ def reconcile_volume(volume: Mapping[str, Any]) -> list[str]:
             written.append(f"{child['kind']}/{child['metadata']['name']}")
     if policy is None and remove_network_policy(volume):
         written.append(f"NetworkPolicy/{render.child_name(name)} (deleted)")
+    topics = render.topics_of_volume(name, list_topics(namespace))
+    paused = frozenset(
+        str(t["metadata"]["name"])
+        for t in topics
+        if conditions.annotation(t, conditions.PAUSE_RECONCILIATION)
+    )
+    written += TOPIC_SET.sync(volume, topics, paused)
     return written
 
 
@@ -354,14 +348,15 @@ def volume_changed(body: kopf.Body, **_: Any) -> None:
         normal_event(body, reason="Reconciled", message=f"applied {', '.join(written)}")
 
 
-def _refresh_volume_config(namespace: str, volume_name: str) -> None:
+def _put_entry(namespace: str, volume_name: str, body: Mapping[str, Any] | None, name: str) -> None:
+    """The Topic ``name``'s entry in its volume's topic set: ``body``'s, or none (None)."""
     volume = get_volume(namespace, volume_name)
     if volume is None or conditions.annotation(volume, conditions.PAUSE_RECONCILIATION):
         return
-    topics = render.topics_of_volume(volume_name, list_topics(namespace))
-    child = render.config_map(volume, _paused_entries(namespace, volume_name, topics))
-    kopf.adopt(child, owner=_as_body(volume))
-    apply_child(child, namespace)
+    try:
+        TOPIC_SET.put(volume, name, None if body is None else topic_set.entry(body))
+    except topic_set.ShardFullError as exc:
+        raise kopf.PermanentError(str(exc)) from None
 
 
 @kopf.on.resume(GROUP, VERSION, "topics")
@@ -372,8 +367,8 @@ def topic_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     assert namespace is not None, "Topics are namespaced"
     volume_name = str(body["spec"]["volume"])
     volume = get_volume(namespace, volume_name)
-    if volume is not None:
-        _refresh_volume_config(namespace, volume_name)
+    if volume is not None and not conditions.annotation(body, conditions.PAUSE_RECONCILIATION):
+        _put_entry(namespace, volume_name, body, str(body["metadata"]["name"]))
     write_topic_status(body, volume=volume, worker=None, worker_error=None)
 
 
@@ -386,7 +381,7 @@ def topic_deleted(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     name = conditions.topic_name(body)
     volume_name = str(body["spec"]["volume"])
     policy = body["spec"].get("deletionPolicy", "Retain")
-    _refresh_volume_config(namespace, volume_name)
+    _put_entry(namespace, volume_name, None, str(body["metadata"]["name"]))
     worker, error = fetch_worker_status(namespace, volume_name)
     if worker is not None:
         present = any(p.get("topic") == name for p in worker.get("partitions") or ())
@@ -566,8 +561,10 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
             f"status of StorageVolume {name}",
         )
     _disk_pressure_events(body, namespace, name, conds)
+    views = conditions.worker_views(worker)
     for topic in list_topics(namespace):
         if (topic.get("spec") or {}).get("volume") == name and not topic["metadata"].get(
             "deletionTimestamp"
         ):
-            write_topic_status(topic, volume=body, worker=worker, worker_error=error)
+            view = views(conditions.topic_name(topic))
+            write_topic_status(topic, volume=body, worker=view, worker_error=error)

@@ -3,11 +3,14 @@
 A StorageVolume ``v`` gets:
 
 * ConfigMap ``lk-v``: ``settings.yaml`` (the StorageVolume itself: spec and the
-  ``logkeeper.io/`` annotations, which the worker takes as volume-wide controls) and
-  ``topics.yaml`` (every live Topic on the volume: spec and ``logkeeper.io/`` annotations).
+  ``logkeeper.io/`` annotations, which the worker takes as volume-wide controls).
+* ConfigMaps ``lk-v-topics-00`` .. ``lk-v-topics-31``: the topic set, one key per live Topic
+  on the volume (spec and ``logkeeper.io/`` annotations), sharded by a stable hash of the
+  Topic's name (:mod:`storageoperator.topic_set`, which renders and explains them).
   The worker re-reads both while running; the pod is never restarted for a config change.
 * StatefulSet ``lk-v`` of one worker pod with a volumeClaimTemplate ``data`` (size, storage
-  class), the ConfigMap mounted read-only, probes on ``/healthz`` and ``/readyz``, non-root,
+  class), the settings ConfigMap and the topic shards (one projected volume) mounted
+  read-only, probes on ``/healthz`` and ``/readyz``, non-root,
   read-only root filesystem, no capabilities, the resources of the spec.
 * Service ``lk-v`` with ports ``kafka`` 9092 and ``http`` 8080.
 * ServiceMonitor ``lk-v`` when ``spec.monitoring.serviceMonitor`` is true.
@@ -34,6 +37,13 @@ KAFKA_PORT: Final = 9092
 HTTP_PORT: Final = 8080
 DATA_MOUNT: Final = "/data"
 CONFIG_MOUNT: Final = "/etc/logkeeper"
+SETTINGS_MOUNT: Final = f"{CONFIG_MOUNT}/settings"
+TOPICS_MOUNT: Final = f"{CONFIG_MOUNT}/topics"
+#: ConfigMaps holding a volume's topic set (see :mod:`storageoperator.topic_set`); fixed, as
+#: the pod spec mounts each of them.
+TOPIC_SHARDS: Final = 32
+#: The label that marks a ConfigMap as a shard of a volume's topic set.
+SHARD_LABEL: Final = f"{TOPIC_API_GROUP}/topic-shard"
 RUN_AS_USER: Final = 10001
 #: Added to the worker's shutdownGracePeriodMs for the pod's terminationGracePeriodSeconds.
 GRACE_MARGIN_S: Final = 5
@@ -60,6 +70,15 @@ def labels(volume_name: str, *, version: str | None = None) -> dict[str, str]:
     return result
 
 
+def topic_shard_name(volume_name: str, shard: int) -> str:
+    assert 0 <= shard < TOPIC_SHARDS, shard
+    return f"{child_name(volume_name)}-topics-{shard:02d}"
+
+
+def topic_shard_names(volume_name: str) -> list[str]:
+    return [topic_shard_name(volume_name, shard) for shard in range(TOPIC_SHARDS)]
+
+
 def selector(volume_name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "logkeeper", VOLUME_LABEL: volume_name}
 
@@ -77,7 +96,7 @@ def logkeeper_annotations(metadata: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in sorted(annotations.items()) if k in WORKER_ANNOTATIONS}
 
 
-def _clean_manifest(kind: str, body: Mapping[str, Any]) -> Manifest:
+def clean_manifest(kind: str, body: Mapping[str, Any]) -> Manifest:
     metadata = body.get("metadata") or {}
     clean_metadata: dict[str, Any] = {"name": metadata.get("name")}
     annotations = logkeeper_annotations(metadata)
@@ -91,28 +110,32 @@ def _clean_manifest(kind: str, body: Mapping[str, Any]) -> Manifest:
     }
 
 
-def topic_set(topics: Sequence[Mapping[str, Any]]) -> str:
-    """``topics.yaml``: the Topics (already filtered to one volume), by name."""
-    documents = [
-        _clean_manifest("Topic", t)
-        for t in sorted(topics, key=lambda t: str((t.get("metadata") or {}).get("name")))
-    ]
-    if not documents:
-        return "# No topics on this volume.\n"
-    return yaml.safe_dump_all(documents, sort_keys=True)
-
-
 def settings(volume: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(_clean_manifest("StorageVolume", volume), sort_keys=True)
+    return yaml.safe_dump(clean_manifest("StorageVolume", volume), sort_keys=True)
 
 
-def config_map(volume: Mapping[str, Any], topics: Sequence[Mapping[str, Any]]) -> Manifest:
+def config_map(volume: Mapping[str, Any]) -> Manifest:
+    """The settings ConfigMap. ``topics.yaml: None`` removes the single topic set of earlier
+    versions (now in the shards) when the operator patches a ConfigMap that still has it."""
     name = volume["metadata"]["name"]
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": child_name(name), "labels": labels(name)},
-        "data": {"settings.yaml": settings(volume), "topics.yaml": topic_set(topics)},
+        "data": {"settings.yaml": settings(volume), "topics.yaml": None},
+    }
+
+
+def topics_volume(volume_name: str) -> dict[str, Any]:
+    """The pod volume ``topics``: every shard (optional: one not yet created is empty)."""
+    return {
+        "name": "topics",
+        "projected": {
+            "sources": [
+                {"configMap": {"name": name, "optional": True}}
+                for name in topic_shard_names(volume_name)
+            ]
+        },
     }
 
 
@@ -150,9 +173,9 @@ def stateful_set(volume: Mapping[str, Any], image: str) -> Manifest:
             "--data-dir",
             f"{DATA_MOUNT}/logs",
             "--topics",
-            f"{CONFIG_MOUNT}/topics.yaml",
+            TOPICS_MOUNT,
             "--settings",
-            f"{CONFIG_MOUNT}/settings.yaml",
+            f"{SETTINGS_MOUNT}/settings.yaml",
             "--http-host",
             "0.0.0.0",
             "--http-port",
@@ -195,7 +218,8 @@ def stateful_set(volume: Mapping[str, Any], image: str) -> Manifest:
         },
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_MOUNT},
-            {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+            {"name": "config", "mountPath": SETTINGS_MOUNT, "readOnly": True},
+            {"name": "topics", "mountPath": TOPICS_MOUNT, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -222,6 +246,7 @@ def stateful_set(volume: Mapping[str, Any], image: str) -> Manifest:
                     "containers": [container],
                     "volumes": [
                         {"name": "config", "configMap": {"name": child_name(name)}},
+                        topics_volume(name),
                         {"name": "tmp", "emptyDir": {}},
                     ],
                 },

@@ -27,6 +27,7 @@ import kubernetes
 import pytest
 import yaml
 
+from storageoperator import topic_set
 from tests.k8s.fake_apiserver import FakeCluster
 from tests.k8s.kubelet import FakeKubelet
 
@@ -109,6 +110,12 @@ class Env:
             time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what} ({last})\n{self.logs()[-6000:]}")
 
+    def topic_entry(self, name: str, volume: str = "demo-volume") -> str:
+        """The Topic's entry in its volume's topic set ("" when it has none)."""
+        shard = topic_set.shard_name(volume, topic_set.shard_of(name))
+        data = self.core.read_namespaced_config_map(shard, NS).data or {}
+        return str(data.get(topic_set.entry_key(name), ""))
+
     def worker_status(self) -> dict[str, Any]:
         import json
         import urllib.request
@@ -161,8 +168,8 @@ def test_volume_and_topics_reach_ready_and_follow_changes(env: Env) -> None:
     assert sts.metadata.labels["app.kubernetes.io/managed-by"] == "logkeeper-operator"
     service = env.core.read_namespaced_service("lk-demo-volume", NS)
     assert {p.name: p.port for p in service.spec.ports} == {"kafka": 9092, "http": 8080}
-    config_map = env.core.read_namespaced_config_map("lk-demo-volume", NS)
-    assert "user-profiles" in config_map.data["topics.yaml"]
+    assert "settings.yaml" in env.core.read_namespaced_config_map("lk-demo-volume", NS).data
+    assert "volume: demo-volume" in env.topic_entry("user-profiles")
 
     # The worker runs and the operator reports it.
     env.kubelet.wait_ready(NS, "lk-demo-volume-0")
@@ -495,8 +502,7 @@ def test_helm_install_kubectl_apply_examples_and_helm_uninstall(env: Env) -> Non
     )
     env.wait(
         lambda: (
-            "retention.ms: 3600000"
-            in env.core.read_namespaced_config_map("lk-demo-volume", NS).data["topics.yaml"]
+            "retention.ms: 3600000" in env.topic_entry("orders")
         ),
         "the ConfigMap to carry the change",
     )

@@ -21,8 +21,8 @@ and the tests rely on:
   Invalid and the causes as the real server words them;
 * fault injection (:meth:`FakeApiServer.inject`): the next matching request gets a given HTTP
   status (409 Conflict, 500 ...), to test retries;
-* a log of every write (:attr:`FakeApiServer.writes`) to assert that nothing is written after
-  convergence.
+* a log of every write (:attr:`FakeApiServer.writes`: method, path, status, body size, user
+  agent) to assert that nothing is written after convergence, and to count what is.
 
 Not emulated: admission webhooks, garbage collection of owned objects (the tests assert owner
 references instead), controllers (no Pods from StatefulSets: the tests' fake kubelet does that),
@@ -69,6 +69,9 @@ class Write:
     path: str
     status: int
     at: float
+    body_bytes: int = 0
+    """The request body's size: what the writer sent."""
+    user_agent: str = ""
 
 
 @dataclasses.dataclass
@@ -349,7 +352,14 @@ class FakeApiServer(kmock.KubernetesScaffold):
         except ApiError as error:
             if raw.method != "GET":
                 self.writes.append(
-                    Write(raw.method, path, error.code, asyncio.get_running_loop().time())
+                    Write(
+                        raw.method,
+                        path,
+                        error.code,
+                        asyncio.get_running_loop().time(),
+                        len(body),
+                        raw.headers.get("User-Agent", ""),
+                    )
                 )
             return error.response()
 
@@ -494,7 +504,16 @@ class FakeApiServer(kmock.KubernetesScaffold):
             result, status = self._delete(rtype, namespace, name, dry_run), 200
         else:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported")
-        self.writes.append(Write(method, raw.path, status, asyncio.get_running_loop().time()))
+        self.writes.append(
+            Write(
+                method,
+                raw.path,
+                status,
+                asyncio.get_running_loop().time(),
+                len(body),
+                raw.headers.get("User-Agent", ""),
+            )
+        )
         return aiohttp.web.json_response(result, status=status)
 
     # -- reads ----------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 The fake API server runs no controllers. This helper plays their part for the worker: for
 each StatefulSet it creates the Pod ``<name>-0`` (owned by the StatefulSet, the template's
-labels, a pod IP of its own on loopback: ``127.0.0.N``), writes the ConfigMaps the pod mounts
-into a directory (updated in place, as the kubelet refreshes a ConfigMap volume), and starts
+labels, a pod IP of its own on loopback: ``127.0.0.N``), writes the ConfigMaps each pod volume
+mounts (a ``configMap`` volume or a ``projected`` one of ConfigMap sources) into a directory of
+its own (updated in place, as the kubelet refreshes a ConfigMap volume: changed keys replaced,
+keys gone removed; a ConfigMap is read again only when its resourceVersion moved), and starts
 the container's command as a real local process: ``logkeeper serve`` with the container's
 args, the mount paths mapped to temporary directories and ``--http-host`` set to the pod IP.
 It marks the Pod Ready when ``/readyz`` answers 200, and stops the process (SIGTERM) and
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +31,8 @@ from typing import Any
 import kubernetes
 
 ROOT = Path(__file__).parents[2]
+#: How often a pod's ConfigMap volumes are refreshed (the real kubelet: about a minute).
+CONFIG_REFRESH_S = 0.5
 
 
 @dataclasses.dataclass
@@ -38,9 +43,15 @@ class RunningPod:
     process: subprocess.Popen[bytes]
     config_dir: Path
     data_dir: Path
-    config_maps: list[str]
+    mounts: dict[str, list[str]]
+    """Directory (under config_dir) → the ConfigMaps projected into it."""
     ready: bool = False
     log: Path | None = None
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    """ConfigMap → the resourceVersion written, or "" when absent."""
+    keys: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    """ConfigMap → the keys it wrote."""
+    refreshed: float = float("-inf")
 
 
 class FakeKubelet:
@@ -103,13 +114,18 @@ class FakeKubelet:
         template = sts.spec.template
         container = template.spec.containers[0]
         mounts = {m.name: m.mount_path for m in container.volume_mounts or ()}
-        config_maps = [
-            v.config_map.name for v in template.spec.volumes or () if v.config_map is not None
-        ]
-        paths = {mounts.get("data", "/data"): str(data_dir)}
+        sources: dict[str, list[str]] = {}
         for volume in template.spec.volumes or ():
-            if volume.config_map is not None and volume.name in mounts:
-                paths[mounts[volume.name]] = str(config_dir)
+            if volume.config_map is not None:
+                sources[volume.name] = [volume.config_map.name]
+            elif volume.projected is not None:
+                sources[volume.name] = [
+                    s.config_map.name for s in volume.projected.sources or () if s.config_map
+                ]
+        paths = {mounts.get("data", "/data"): str(data_dir)}
+        for volume_name in sources:
+            if volume_name in mounts:
+                paths[mounts[volume_name]] = str(config_dir / volume_name)
         # Kubernetes expands $(VAR) in args from the container's env (fieldRef: namespace).
         env = {
             e.name: namespace
@@ -132,7 +148,7 @@ class FakeKubelet:
                 "--kafka-advertised-host",
             ):
                 args[index] = ip
-        pod = RunningPod(namespace, pod_name, ip, None, config_dir, data_dir, config_maps)  # type: ignore[arg-type]
+        pod = RunningPod(namespace, pod_name, ip, None, config_dir, data_dir, sources)  # type: ignore[arg-type]
         self._write_config(pod)
         pod.log = base / "worker.log"
         with open(pod.log, "ab") as log:
@@ -180,17 +196,40 @@ class FakeKubelet:
         return pod
 
     def _write_config(self, pod: RunningPod) -> None:
-        for name in pod.config_maps:
-            try:
-                config_map = self.core.read_namespaced_config_map(name, pod.namespace)
-            except kubernetes.client.ApiException:
-                continue
-            for key, value in (config_map.data or {}).items():
-                target = pod.config_dir / key
-                if not target.exists() or target.read_text(encoding="utf-8") != value:
-                    temporary = pod.config_dir / f".{key}.tmp"
-                    temporary.write_text(value, encoding="utf-8")
-                    temporary.replace(target)
+        """Refresh the pod's ConfigMap volumes (at most every CONFIG_REFRESH_S, from one list
+        of the namespace's ConfigMaps)."""
+        now = time.monotonic()
+        if now - pod.refreshed < CONFIG_REFRESH_S:
+            return
+        pod.refreshed = now
+        response = self.core.list_namespaced_config_map(pod.namespace, _preload_content=False)
+        found = {
+            item["metadata"]["name"]: item for item in json.loads(response.data).get("items", [])
+        }
+        for directory, names in pod.mounts.items():
+            target_dir = pod.config_dir / directory
+            target_dir.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                item = found.get(name) or {"metadata": {"resourceVersion": ""}}
+                self._write_config_map(pod, target_dir, name, item)
+
+    @staticmethod
+    def _write_config_map(
+        pod: RunningPod, target_dir: Path, name: str, item: dict[str, Any]
+    ) -> None:
+        version, data = item["metadata"]["resourceVersion"], item.get("data") or {}
+        if pod.versions.get(name) == version:
+            return
+        for key, value in data.items():
+            target = target_dir / key
+            if not target.exists() or target.read_text(encoding="utf-8") != value:
+                temporary = target_dir / f".{key}.tmp"
+                temporary.write_text(value, encoding="utf-8")
+                temporary.replace(target)
+        for key in pod.keys.get(name, set()) - set(data):
+            (target_dir / key).unlink(missing_ok=True)
+        pod.keys[name] = set(data)
+        pod.versions[name] = version
 
     def _check_ready(self, pod: RunningPod) -> None:
         if pod.ready or pod.process.poll() is not None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from storagecore.config import parse_topic_manifests
-from storageoperator import conditions, render
+from storageoperator import conditions, render, topic_set
 from storageworker.settings import load_settings
+from storageworker.topics import parse_topic_sources, read_topic_sources
 
 VOLUME: dict[str, Any] = {
     "apiVersion": "logkeeper.io/v1alpha1",
@@ -47,23 +48,32 @@ def topic(name: str, volume: str = "v1", **spec: Any) -> dict[str, Any]:
     }
 
 
-def test_config_map_is_what_the_worker_reads() -> None:
+def test_config_maps_are_what_the_worker_reads(tmp_path: Path) -> None:
     topics = [topic("b", config={"cleanup.policy": "compact"}), topic("a")]
     topics[0]["metadata"]["annotations"] = {"logkeeper.io/pause-cleaning": "true", "other": "x"}
-    cm = render.config_map(VOLUME, render.topics_of_volume("v1", [*topics, topic("c", "v2")]))
+    cm = render.config_map(VOLUME)
     assert cm["metadata"]["name"] == "lk-v1"
-    parsed = parse_topic_manifests(cm["data"]["topics.yaml"])
-    assert sorted(parsed) == ["a", "b"] and parsed["b"].config.compact
-    assert parsed["b"].annotations == {"logkeeper.io/pause-cleaning": "true"}
+    # The single topic set of earlier versions is removed by the operator's patch.
+    assert cm["data"]["topics.yaml"] is None
     volume = load_settings(cm["data"]["settings.yaml"], source="settings.yaml")
     assert volume.settings.cleaner_threads == 2
     assert volume.settings.client_topic_prefixes == ("wordcount-", "connect-")
     assert volume.annotations == {"logkeeper.io/pause-retention": "true"}
+    live = render.topics_of_volume("v1", [*topics, topic("c", "v2")])
+    shards = topic_set.desired_shards(live, {}, frozenset())
+    # Every shard's keys, written as the kubelet projects them, is the worker's topic set.
+    for shard, data in shards.items():
+        manifest = topic_set.shard_manifest("v1", shard, data)
+        assert manifest["metadata"]["name"] == f"lk-v1-topics-{shard:02d}"
+        for key, text in manifest["data"].items():
+            (tmp_path / key).write_text(text)
+    parsed = parse_topic_sources(read_topic_sources(tmp_path))
+    assert sorted(parsed) == ["a", "b"] and parsed["b"].config.compact
+    assert parsed["b"].annotations == {"logkeeper.io/pause-cleaning": "true"}
     # A Topic being deleted leaves the set (its deletionPolicy then applies in the worker).
     going = topic("a")
     going["metadata"]["deletionTimestamp"] = "2026-11-21T00:00:00Z"
     assert render.topics_of_volume("v1", [going]) == []
-    assert "No topics" in render.topic_set([])
 
 
 def test_stateful_set_is_locked_down_and_sized() -> None:
@@ -73,6 +83,14 @@ def test_stateful_set_is_locked_down_and_sized() -> None:
     assert sts["spec"]["replicas"] == 1 and sts["metadata"]["name"] == "lk-v1"
     assert container["image"] == "logkeeper:1.0"
     assert container["args"][:2] == ["serve", "--data-dir"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    args = container["args"]
+    assert args[args.index("--topics") + 1] == mounts["topics"] == "/etc/logkeeper/topics"
+    assert args[args.index("--settings") + 1] == mounts["config"] + "/settings.yaml"
+    (projected,) = [v["projected"] for v in pod["volumes"] if v["name"] == "topics"]
+    assert [s["configMap"]["name"] for s in projected["sources"]] == [
+        f"lk-v1-topics-{n:02d}" for n in range(topic_set.SHARDS)
+    ]
     args = container["args"]
     flags = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--kafka")}
     assert flags["--kafka-port"] == "9092" and flags["--kafka-host"] == "0.0.0.0"
@@ -275,7 +293,7 @@ def test_rendered_yaml_round_trips() -> None:
     for manifest in (
         render.stateful_set(VOLUME, "i"),
         render.service(VOLUME),
-        render.config_map(VOLUME, []),
+        render.config_map(VOLUME),
     ):
         assert yaml.safe_load(yaml.safe_dump(manifest)) == manifest
 
