@@ -501,9 +501,7 @@ def test_helm_install_kubectl_apply_examples_and_helm_uninstall(env: Env) -> Non
         '{"spec":{"config":{"retention.ms":3600000}}}',
     )
     env.wait(
-        lambda: (
-            "retention.ms: 3600000" in env.topic_entry("orders")
-        ),
+        lambda: "retention.ms: 3600000" in env.topic_entry("orders"),
         "the ConfigMap to carry the change",
     )
     # Invalid Topics are refused at admission, naming the field: a typo'd key (strict field
