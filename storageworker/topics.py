@@ -4,7 +4,7 @@ A directory is what a mounted ConfigMap gives: one file per key, plus hidden ``.
 entries that this reader skips (names starting with a dot). Files ending in ``.yaml``,
 ``.yml`` or ``.json`` are read, in name order; a topic declared twice (in one file or across
 files) is an error. The fingerprint of the files' contents tells the reloader whether anything
-changed; before reading, :func:`stat_stamp` (names, sizes, inodes, modification times) tells
+changed; before reading, :func:`stat_stamp` (names, sizes, inodes, file times) tells
 whether the files can have changed at all, so that a directory of thousands of files (the
 operator's sharded topic set, one file per Topic) is not read on every reload interval.
 """
@@ -48,9 +48,9 @@ def _is_topic_file(entry: os.DirEntry[str]) -> bool:
 
 
 def stat_stamp(path: Path) -> str | None:
-    """A digest of the topic files' names, sizes, inodes and modification times; None when it
-    cannot be trusted to show a change (a file modified in the last two seconds) or the path
-    cannot be read (the read that follows reports why)."""
+    """A digest of the topic files' names, sizes, inodes and times (modification, change);
+    None when it cannot be trusted to show a change (a file changed in the last two seconds)
+    or the path cannot be read (the read that follows reports why)."""
     digest = hashlib.sha256()
     newest = 0
     try:
@@ -63,7 +63,9 @@ def stat_stamp(path: Path) -> str | None:
         return None
     for name, stat in stats:
         newest = max(newest, stat.st_mtime_ns, stat.st_ctime_ns)
-        digest.update(f"{name}\0{stat.st_size}:{stat.st_ino}:{stat.st_mtime_ns}\0".encode())
+        digest.update(
+            f"{name}\0{stat.st_size}:{stat.st_ino}:{stat.st_mtime_ns}:{stat.st_ctime_ns}\0".encode()
+        )
     if time.time_ns() - newest < RACY_NS:
         return None
     return digest.hexdigest()
@@ -84,13 +86,35 @@ def read_topic_sources(path: Path) -> TopicSources:
         raise ConfigError(f"{path}: cannot read the topic set: {exc}") from None
 
 
-def parse_topic_sources(sources: TopicSources) -> dict[str, TopicSpec]:
+#: A file's path → (its text, the topics it declared): what :func:`parse_topic_sources` parsed
+#: last, so that a reload parses only the files that changed.
+ParseCache = dict[str, tuple[str, dict[str, TopicSpec]]]
+
+
+def parse_topic_sources(
+    sources: TopicSources, cache: ParseCache | None = None
+) -> dict[str, TopicSpec]:
+    """Every file's topics; with ``cache``, a file whose text is the one parsed last is not
+    parsed again (a directory of thousands of Topic files changes a few at a time), and the
+    cache is left holding exactly the files of ``sources`` that parsed."""
     topics: dict[str, TopicSpec] = {}
     where: dict[str, str] = {}
+    seen = set()
     for name, text in sources.files:
-        for topic, spec in parse_topic_manifests(text, source=name).items():
+        seen.add(name)
+        hit = cache.get(name) if cache is not None else None
+        if hit is not None and hit[0] == text:
+            declared = hit[1]
+        else:
+            declared = parse_topic_manifests(text, source=name)
+            if cache is not None:
+                cache[name] = (text, declared)
+        for topic, spec in declared.items():
             if topic in topics:
                 raise ConfigError(f"{name}: topic {topic!r} is also declared in {where[topic]}")
             topics[topic] = spec
             where[topic] = name
+    if cache is not None:
+        for name in [n for n in cache if n not in seen]:
+            del cache[name]
     return topics

@@ -49,6 +49,7 @@ from storageworker.external_rounds import ExternalRounds
 from storageworker.scheduler import Scheduler
 from storageworker.settings import VolumeSettings, WorkerSettings, load_settings
 from storageworker.topics import (
+    ParseCache,
     TopicSources,
     parse_topic_sources,
     read_topic_sources,
@@ -105,6 +106,7 @@ class Worker:
         self._apply_lock = threading.Lock()
         self.counters = ConfigCounters()
         self.topics_status = ConfigStatus(str(self.topics_path))
+        self._parsed_topics: ParseCache = {}
         self.settings_status = ConfigStatus(str(self.settings_path or "<defaults>"))
         # A broken settings file at start is fatal (there is no last good one to keep);
         # a broken topic set is not: logs are still loaded and served, nothing is deleted.
@@ -188,7 +190,7 @@ class Worker:
             status.stamp = stamp
             if not self._changed(status, sources.fingerprint):
                 return False
-            topics = parse_topic_sources(sources)
+            topics = parse_topic_sources(sources, self._parsed_topics)
             reserved = sorted(topics.keys() & self.internal_topics.keys())
             if reserved:
                 raise ConfigError(

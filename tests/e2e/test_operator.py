@@ -438,7 +438,9 @@ def test_missing_volume_and_paused_reconciliation(env: Env) -> None:
     assert events("DiskPressureEnded")[0].type == "Normal"
 
 
-def tool(env: Env, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def tool(
+    env: Env, *args: str, check: bool = True, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
     """kubectl (the machine's) or helm (.venv/bin) against the fake cluster."""
     binary = str(Path(sys.executable).parent / "helm") if args[0] == "helm" else "kubectl"
     command = [binary, *args[1:]]
@@ -448,7 +450,7 @@ def tool(env: Env, *args: str, check: bool = True) -> subprocess.CompletedProces
         command,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout_s,
         env={**os.environ, "KUBECONFIG": str(env.cluster.kubeconfig), "HOME": str(env.root)},
         check=False,
     )

@@ -49,7 +49,11 @@ def violations(
     schema: dict[str, Any], value: Any, old: Any = None, path: str = ""
 ) -> Iterator[str]:
     """Messages of every rule that fails on ``value`` (and ``old`` for transition rules),
-    walking the schema's properties and items."""
+    walking the schema's properties and items. A value equal to the old one is not checked
+    again, as the API server's validation ratcheting (GA in 1.33) does: a status or metadata
+    write leaves the spec's rules alone."""
+    if old is not None and value == old:
+        return
     for rule in schema.get("x-kubernetes-validations", ()):
         text = rule["rule"]
         if "oldSelf" in text and old is None:

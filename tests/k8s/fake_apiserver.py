@@ -244,6 +244,8 @@ class FakeApiServer(kmock.KubernetesScaffold):
     faults: list[Fault] = attrs.field(factory=list, init=False)
     writes: list[Write] = attrs.field(factory=list, init=False)
     _strict: bool = attrs.field(default=False, init=False)
+    #: id(schema) → (the schema, its validator): built once per CRD registration.
+    _validators: dict[int, tuple[Any, Any]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -652,7 +654,13 @@ class FakeApiServer(kmock.KubernetesScaffold):
             )
         obj = pruned
         obj = _apply_defaults(schema, obj)
-        validator = jsonschema.Draft7Validator(_json_schema(schema))
+        cached = self._validators.get(id(schema))
+        if cached is None or cached[0] is not schema:
+            cached = self._validators[id(schema)] = (
+                schema,
+                jsonschema.Draft7Validator(_json_schema(schema)),
+            )
+        validator = cached[1]
         causes = [
             {
                 "reason": "FieldValueInvalid",
