@@ -295,13 +295,17 @@ def reconcile_volume(volume: Mapping[str, Any]) -> list[str]:
             written.append(f"{child['kind']}/{child['metadata']['name']}")
     if policy is None and remove_network_policy(volume):
         written.append(f"NetworkPolicy/{render.child_name(name)} (deleted)")
-    topics = render.topics_of_volume(name, list_topics(namespace))
-    paused = frozenset(
-        str(t["metadata"]["name"])
-        for t in topics
-        if conditions.annotation(t, conditions.PAUSE_RECONCILIATION)
-    )
-    written += TOPIC_SET.sync(volume, topics, paused)
+
+    def topics() -> tuple[list[Mapping[str, Any]], frozenset[str]]:
+        live = render.topics_of_volume(name, list_topics(namespace))
+        paused = frozenset(
+            str(t["metadata"]["name"])
+            for t in live
+            if conditions.annotation(t, conditions.PAUSE_RECONCILIATION)
+        )
+        return live, paused
+
+    written += TOPIC_SET.sync(volume, topics)
     return written
 
 

@@ -123,11 +123,12 @@ class TopicSetStore:
     def sync(
         self,
         volume: Mapping[str, Any],
-        topics: Iterable[Mapping[str, Any]],
-        paused: frozenset[str],
+        list_topics: Callable[[], tuple[Iterable[Mapping[str, Any]], frozenset[str]]],
     ) -> list[str]:
-        """Every shard of the volume to the entries of ``topics`` (the volume's live Topics;
-        those named in ``paused`` keep their entry as it is); the names of those written."""
+        """Every shard of the volume to the entries of the Topics ``list_topics()`` gives (the
+        volume's live Topics, and the names of the paused ones, which keep their entry as it
+        is); the names of the shards written. The Topics are listed once every shard is
+        locked: a Topic whose entry was put before is in the list, one put later waits."""
         namespace = volume["metadata"]["namespace"]
         volume_name = volume["metadata"]["name"]
         names = topic_set.shard_names(volume_name)
@@ -137,6 +138,7 @@ class TopicSetStore:
         for lock in locks:
             lock.acquire()
         try:
+            topics, paused = list_topics()
             current = {shard: self._read(namespace, name) for shard, name in enumerate(names)}
             desired = topic_set.desired_shards(
                 topics, {s: d for s, d in current.items() if d is not None}, paused
