@@ -352,9 +352,9 @@ def volume_changed(body: kopf.Body, **_: Any) -> None:
         normal_event(body, reason="Reconciled", message=f"applied {', '.join(written)}")
 
 
-def _put_entry(namespace: str, volume_name: str, body: Mapping[str, Any] | None, name: str) -> None:
-    """The Topic ``name``'s entry in its volume's topic set: ``body``'s, or none (None)."""
-    volume = get_volume(namespace, volume_name)
+def _put_entry(volume: Mapping[str, Any] | None, body: Mapping[str, Any] | None, name: str) -> None:
+    """The Topic ``name``'s entry in its volume's topic set: ``body``'s, or none (None); nothing
+    without the volume or while the volume is paused."""
     if volume is None or conditions.annotation(volume, conditions.PAUSE_RECONCILIATION):
         return
     try:
@@ -371,8 +371,14 @@ def topic_changed(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     assert namespace is not None, "Topics are namespaced"
     volume_name = str(body["spec"]["volume"])
     volume = get_volume(namespace, volume_name)
-    if volume is not None and not conditions.annotation(body, conditions.PAUSE_RECONCILIATION):
-        _put_entry(namespace, volume_name, body, str(body["metadata"]["name"]))
+    if not conditions.annotation(body, conditions.PAUSE_RECONCILIATION):
+        _put_entry(volume, body, str(body["metadata"]["name"]))
+    shown = body.get("status") or {}
+    if volume is not None and shown.get("observedGeneration") == body["metadata"].get("generation"):
+        # Resumed (an operator restart) or an annotation change: the status timer, which has
+        # the worker's report, keeps the status. One written here without the worker would flip
+        # Ready to Unknown and back: two writes and two events per Topic on every restart.
+        return
     write_topic_status(body, volume=volume, worker=None, worker_error=None)
 
 
@@ -385,7 +391,7 @@ def topic_deleted(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     name = conditions.topic_name(body)
     volume_name = str(body["spec"]["volume"])
     policy = body["spec"].get("deletionPolicy", "Retain")
-    _put_entry(namespace, volume_name, None, str(body["metadata"]["name"]))
+    _put_entry(get_volume(namespace, volume_name), None, str(body["metadata"]["name"]))
     worker, error = fetch_worker_status(namespace, volume_name)
     if worker is not None:
         present = any(p.get("topic") == name for p in worker.get("partitions") or ())

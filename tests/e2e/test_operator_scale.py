@@ -171,6 +171,29 @@ def test_thousands_of_topics_reach_the_worker_with_linear_writes(env: Env) -> No
     assert changed.path.endswith(f"/configmaps/{name}") and changed.method == "PATCH"
     assert changed.body_bytes <= ENTRY_WRITE_BYTES_MAX
 
+    def changed_ready() -> bool:
+        found = env.condition("topics", "scale-00007", "Ready")
+        return found is not None and found["status"] == "True" and found["observedGeneration"] == 2
+
+    wait(env, changed_ready, "the changed Topic Ready", budget_s)
+
+    # An operator restart resumes every Topic and writes no shard and no Topic status.
+    env.stop_operator()
+    resumed_from = env.logs().count("Handler 'topic_changed' succeeded")
+    mark = len(env.cluster.server.writes)
+    started = time.monotonic()
+    env.start_operator({"LOGKEEPER_STATUS_INTERVAL_S": "5"})
+    wait(
+        env,
+        lambda: env.logs().count("Handler 'topic_changed' succeeded") - resumed_from >= TOPICS,
+        "every Topic resumed",
+        budget_s,
+    )
+    resumed = operator_writes(env.cluster.call(lambda: env.cluster.server.writes[mark:]))
+    by_kind = collections.Counter(kind_of(w) for w in resumed)
+    report({"restart_resumed_s": round(time.monotonic() - started, 1), "restart_writes": by_kind})
+    assert by_kind["configmaps"] == 0 and by_kind["topics/status"] == 0, by_kind
+
 
 def wait(env: Env, check: Callable[[], bool], what: str, timeout_s: float) -> None:
     """Env.wait, polling every second: each check lists thousands of objects."""
