@@ -513,6 +513,11 @@ def write_topic_status(
                 normal_event(body, reason=item["reason"], message=message)
 
 
+#: How long the Topics of a volume whose worker does not answer keep their status.
+WORKER_GRACE_S = float(os.environ.get("LOGKEEPER_WORKER_GRACE_S", "60"))
+#: (namespace, volume) → when its worker first failed to answer (monotonic), while it does not.
+_WORKER_UNREAD_SINCE: dict[tuple[str, str], float] = {}
+
 #: The DiskPressure status (True/False) each volume's events last announced, by (namespace,
 #: name). The timer's body can lag behind the operator's own status patches under load, so the
 #: start and end events follow what this process saw, not the body; a new process starts from
@@ -571,6 +576,15 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
             f"status of StorageVolume {name}",
         )
     _disk_pressure_events(body, namespace, name, conds)
+    if worker is None:
+        since = _WORKER_UNREAD_SINCE.setdefault((namespace, name), time.monotonic())
+        if time.monotonic() - since < WORKER_GRACE_S:
+            # A worker that did not answer once (busy, restarting) shows in the volume's status;
+            # the Topics keep theirs for a while rather than all turning Unknown and back: on a
+            # volume of thousands of Topics that is thousands of writes and events per blip.
+            return
+    else:
+        _WORKER_UNREAD_SINCE.pop((namespace, name), None)
     views = conditions.worker_views(worker)
     for topic in list_topics(namespace):
         if (topic.get("spec") or {}).get("volume") == name and not topic["metadata"].get(
