@@ -576,6 +576,7 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
             f"status of StorageVolume {name}",
         )
     _disk_pressure_events(body, namespace, name, conds)
+    topics = list_topics(namespace)
     if worker is None:
         since = _WORKER_UNREAD_SINCE.setdefault((namespace, name), time.monotonic())
         if time.monotonic() - since < WORKER_GRACE_S:
@@ -586,7 +587,7 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     else:
         _WORKER_UNREAD_SINCE.pop((namespace, name), None)
     views = conditions.worker_views(worker)
-    for topic in list_topics(namespace):
+    for topic in topics:
         if (topic.get("spec") or {}).get("volume") == name and not topic["metadata"].get(
             "deletionTimestamp"
         ):
