@@ -11,11 +11,14 @@ The passes, in order; each mirrors a step of a multi-step protocol of :mod:`stor
 2. **Interrupted swaps.** The remaining ``.swap`` files are complete replacements (the swap was
    past its step 1): delete the non-swap segment files whose offsets fall in the swapped range,
    then strip ``.swap`` (what the swap's steps 3 and 4 would have done).
-3. **Segments.** Delete index files without a ``.log`` (orphans). Open every segment. A missing
-   ``.index`` or ``.timeindex``, an index that fails its sanity check, or a tail that is not a
-   complete, valid batch is recovered from the log (with a warning). Kafka rebuilds only a missing
-   ``.index`` here and trusts the tail after a clean shutdown; checking costs one header walk from
-   the last index entry and one CRC per segment.
+3. **Segments.** Delete index files without a ``.log`` (orphans). Open every segment (through
+   the file cache: nothing is read or kept open). A missing ``.index`` or ``.timeindex`` is
+   rebuilt from the log now (with a warning). The last segment is sanity-checked now; the others
+   below the recovery point on their first use (:meth:`LogSegment.defer_verification`), so that
+   a log dir of many segments loads without reading them. An index that fails its check, or a
+   tail that is not a complete, valid batch, is recovered from the log then. Kafka rebuilds
+   only a missing ``.index`` and trusts the tail after a clean shutdown; checking costs one
+   header walk from the last index entry and one CRC per segment.
 4. **Recovery** (only without a clean-shutdown marker). From the segment holding the recovery
    point to the end: revalidate every batch, rebuild the indexes, truncate at the first torn or
    corrupt batch and delete every later segment; each recovered segment leaves a producer
@@ -40,6 +43,7 @@ from storagecore import durability, files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import CorruptIndexError, CorruptRecordError
+from storagecore.file_cache import FileCache
 from storagecore.producer_state import (
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ProducerStateManager,
@@ -73,6 +77,7 @@ def load_log(
     log_start_offset: int,
     had_clean_shutdown: bool,
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    file_cache: FileCache | None = None,
 ) -> LoadedLog:
     prefix = f"[LogLoader partition={tp}, dir={directory.parent}]"
     now_ms = clock.milliseconds()
@@ -85,6 +90,7 @@ def load_log(
             max_index_size_bytes=config.segment_index_bytes,
             now_ms=now_ms,
             writable_indexes=False,
+            file_cache=file_cache,
         )
 
     # Pass 1: temporary files.
@@ -150,11 +156,35 @@ def load_log(
     segments: list[LogSegment] = []
     recovered = 0
     truncated_total = 0
+    last_position = len(log_bases) - 1
+
+    def check_on_first_use(segment: LogSegment) -> None:
+        try:
+            sanity_check_segment(segment)
+        except (CorruptIndexError, CorruptRecordError) as exc:
+            logger.warning(
+                "%s Rebuilding indexes of segment %d on first use: %s",
+                prefix,
+                segment.base_offset,
+                exc,
+            )
+            recover_segment(segment, config.segment_index_bytes)
+
     for position, base in enumerate(log_bases):
-        index_missing = not files.index_file(directory, base).exists()
-        time_index_missing = not files.time_index_file(directory, base).exists()
+        prefix_name = files.filename_prefix(base)
+        index_missing = prefix_name + files.INDEX_SUFFIX not in names
+        time_index_missing = prefix_name + files.TIME_INDEX_SUFFIX not in names
         segment = open_segment(base)
-        if position < recover_from_index:
+        if (
+            position < recover_from_index
+            and position < last_position
+            and not (index_missing or time_index_missing)
+        ):
+            # Checked on first use instead (LogSegment.defer_verification): a log of many
+            # segments loads without reading them, as Kafka's lazy indexes; what a check
+            # finds is rebuilt then, as here.
+            segment.defer_verification(check_on_first_use)
+        elif position < recover_from_index:
             # Kafka leaves a missing .timeindex empty (retention then falls back to mtime);
             # rebuilding it keeps time retention and timestamp lookups exact.
             problem: str | None = (

@@ -25,7 +25,12 @@ from storagecore import files
 from storagecore.bulk_append import bulk_append
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
-from storagecore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
+from storagecore.errors import (
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    ResourceExhaustedError,
+)
+from storagecore.file_cache import FileCache
 from storagecore.index import TimestampOffset
 from storagecore.loader import load_log
 from storagecore.local_log import IoErrorCallback, LocalLog
@@ -105,8 +110,10 @@ class Log:
         had_clean_shutdown: bool = False,
         on_io_error: IoErrorCallback | None = None,
         on_disk_full: IoErrorCallback | None = None,
+        file_cache: FileCache | None = None,
     ) -> Log:
-        """Load (and if needed recover) the log in ``directory``, creating it if absent."""
+        """Load (and if needed recover) the log in ``directory``, creating it if absent. With
+        ``file_cache`` its segments' files open through that cache (storagecore.file_cache)."""
         tp = files.parse_partition_dir_name(directory.name)
         directory.mkdir(parents=True, exist_ok=True)
         loaded = load_log(
@@ -117,6 +124,7 @@ class Log:
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             had_clean_shutdown=had_clean_shutdown,
+            file_cache=file_cache,
         )
         return cls(
             directory,
@@ -204,7 +212,17 @@ class Log:
         with self._lock:
             self._local.check_usable()
             try:
-                return self._append_locked(data, origin)
+                with self._local.active_segment.pinned_files():
+                    return self._append_locked(data, origin)
+            except OSError as exc:
+                error = self._local.io_failed(f"append to {self.tp}", exc, append=True)
+                if not isinstance(error, ResourceExhaustedError):
+                    raise error from exc
+            # Out of descriptors or memory: the cache shed idle files (io_failed); the
+            # descriptors were pinned before anything was written, so once more is safe.
+            try:
+                with self._local.active_segment.pinned_files():
+                    return self._append_locked(data, origin)
             except OSError as exc:
                 raise self._local.io_failed(f"append to {self.tp}", exc, append=True) from exc
 
@@ -311,12 +329,17 @@ class Log:
         """
         with self._lock:
             self._local.check_usable()
-            try:
-                return self._read_locked(
-                    start_offset, max_bytes, min_one_message, max_offset, region_min_bytes
-                )
-            except OSError as exc:
-                raise self._local.io_failed(f"read from {self.tp}", exc) from exc
+            for attempt in (1, 2):
+                try:
+                    return self._read_locked(
+                        start_offset, max_bytes, min_one_message, max_offset, region_min_bytes
+                    )
+                except OSError as exc:
+                    error = self._local.io_failed(f"read from {self.tp}", exc)
+                    if attempt == 2 or not isinstance(error, ResourceExhaustedError):
+                        raise error from exc
+                    # A resource error: the cache shed idle files; a read is tried again.
+            raise AssertionError("unreachable")
 
     def _read_locked(
         self,

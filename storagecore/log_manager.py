@@ -39,9 +39,11 @@ from storagecore.errors import (
     LogDirFullError,
     LogDirLockedError,
     LogDirOfflineError,
+    ResourceExhaustedError,
     StorageError,
     UnknownTopicOrPartitionError,
 )
+from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
 from storagecore.log import Log
 from storagecore.retention import RetentionPlan
 
@@ -116,8 +118,14 @@ class LogManager:
         recovery_threads_per_dir: int = 1,
         broker_epoch: int = 0,
         min_free_bytes: int | None = None,
+        max_open_files: int | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
+        #: The segment files of every log open through this bounded cache (None: half the
+        #: process's soft RLIMIT_NOFILE, at most 16,384; storagecore.file_cache).
+        self.file_cache = FileCache(
+            default_max_open_files() if max_open_files is None else max_open_files
+        )
         self.default_config = default_config or LogConfig()
         if config_for is None:
             self._config_for: ConfigLookup = lambda _topic: self.default_config
@@ -242,6 +250,13 @@ class LogManager:
                 # all, so the dir stays online (the old checkpoint stays in force).
                 self.note_disk_full(path, exc)
                 raise LogDirFullError(f"{what} failed in {path}: {exc}") from exc
+            if is_resource_exhausted(exc):
+                # Out of descriptors or memory (EMFILE, ENFILE, ENOMEM): not the disk's fault.
+                # Idle files are closed for the next attempt; the dir stays online.
+                self.file_cache.shed()
+                raise ResourceExhaustedError(
+                    f"{what} failed in {path}: {exc}; idle files were closed, retry"
+                ) from exc
             self.handle_io_error(path, exc)
             raise LogDirOfflineError(f"{what} failed in {path}: {exc}") from exc
 
@@ -298,6 +313,7 @@ class LogManager:
                 had_clean_shutdown=clean,
                 on_io_error=self.handle_io_error,
                 on_disk_full=self.note_disk_full,
+                file_cache=self.file_cache,
             )
 
         if len(jobs) <= 1 or self.recovery_threads_per_dir <= 1:
@@ -361,6 +377,7 @@ class LogManager:
                     had_clean_shutdown=True,
                     on_io_error=self.handle_io_error,
                     on_disk_full=self.note_disk_full,
+                    file_cache=self.file_cache,
                 )
             self._logs[tp] = log
             logger.info("Created log for %s in %s", tp, target)
