@@ -504,9 +504,13 @@ class LogManager:
             if log.offline or log.unflushed_messages == 0:
                 continue
             if now_ms - log.last_flush_ms >= log.config.flush_ms:
-                with contextlib.suppress(LogDirOfflineError):
+                try:
                     log.flush()
                     flushed += 1
+                except LogDirOfflineError:
+                    pass
+                except ResourceExhaustedError as exc:
+                    logger.warning("Flush of %s deferred to the next check: %s", log.tp, exc)
         return flushed
 
     def checkpoint_recovery_points_and_log_start_offsets(self) -> None:
@@ -521,6 +525,8 @@ class LogManager:
                         self._checkpoint_dir(log_dir.path)
                     except LogDirFullError as exc:
                         logger.warning("Checkpoints not written, no space: %s", exc)
+                    except ResourceExhaustedError as exc:
+                        logger.warning("Checkpoints not written, retried next interval: %s", exc)
                     except LogDirOfflineError:
                         pass
 
@@ -565,7 +571,7 @@ class LogManager:
                         log_dir.path / files.CLEAN_SHUTDOWN_FILE,
                         json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode(),
                     )
-                except (OSError, LogDirOfflineError, LogDirFullError) as exc:
+                except (OSError, LogDirOfflineError, LogDirFullError, ResourceExhaustedError) as exc:
                     logger.error("Unclean shutdown of %s: %s", log_dir.path, exc)
                     for log in self._logs.values():
                         if log.parent_dir == log_dir.path:
