@@ -510,13 +510,19 @@ class Log:
         """The segments as retention sees them (sizes, offsets, largest timestamps)."""
         with self._lock, self._local.io(f"inspect {self.tp}"):
             return [
-                SegmentView(s.base_offset, s.next_offset(), s.size_bytes, s.largest_timestamp)
+                SegmentView(
+                    s.base_offset,
+                    s.next_offset,
+                    s.size_bytes,
+                    lambda s=s: s.largest_timestamp,  # type: ignore[misc]
+                )
                 for s in self._local.segments
             ]
 
     def plan_retention(self, now_ms: int | None = None) -> RetentionPlan:
         """What retention would delete now, without deleting anything (a dry run)."""
-        with self._lock:
+        # The views read a segment's files on first use: the I/O guard covers the plan too.
+        with self._lock, self._local.io(f"plan retention of {self.tp}"):
             return plan_retention(
                 self.tp,
                 self.retention_view(),
