@@ -571,7 +571,12 @@ class LogManager:
                         log_dir.path / files.CLEAN_SHUTDOWN_FILE,
                         json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode(),
                     )
-                except (OSError, LogDirOfflineError, LogDirFullError, ResourceExhaustedError) as exc:
+                except (
+                    OSError,
+                    LogDirOfflineError,
+                    LogDirFullError,
+                    ResourceExhaustedError,
+                ) as exc:
                     logger.error("Unclean shutdown of %s: %s", log_dir.path, exc)
                     for log in self._logs.values():
                         if log.parent_dir == log_dir.path:
