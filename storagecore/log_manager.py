@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -269,11 +270,22 @@ class LogManager:
             return {}
 
     def _load_logs(self) -> None:
-        for log_dir in self._dirs.values():
-            try:
-                self._load_dir(log_dir)
-            except OSError as exc:
-                self.handle_io_error(log_dir.path, exc)
+        # A volume of many segments allocates a few objects per segment, all kept: the cyclic
+        # garbage collector's passes over them made the load quadratic-ish (half the time of
+        # 8,000 segments); it stays off while loading, and what was loaded is frozen out of
+        # later passes (gc.freeze: the objects live as long as the worker).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for log_dir in self._dirs.values():
+                try:
+                    self._load_dir(log_dir)
+                except OSError as exc:
+                    self.handle_io_error(log_dir.path, exc)
+        finally:
+            if collecting:
+                gc.enable()
+        gc.freeze()
 
     def _load_dir(self, log_dir: _LogDir) -> None:
         recovery_points = self._read_checkpoint(log_dir.path / files.RECOVERY_POINT_CHECKPOINT)

@@ -122,10 +122,13 @@ class LogSegment:
         suffix: str = "",
         writable_indexes: bool = True,
         file_cache: FileCache | None = None,
+        verify_on_first_use: Callable[[LogSegment], None] | None = None,
     ) -> LogSegment:
         """The segment's files, created when absent. With ``file_cache`` nothing of an existing
         segment opened with ``writable_indexes=False`` is opened here: its descriptors open on
-        use and the cache closes them when idle (storagecore.file_cache)."""
+        use and the cache closes them when idle (storagecore.file_cache). With
+        ``verify_on_first_use`` not even the indexes' lengths are read now
+        (:meth:`defer_verification`)."""
         log = FileRecords(files.log_file(directory, base_offset, suffix), cache=file_cache)
         offset_index = OffsetIndex(
             files.index_file(directory, base_offset, suffix),
@@ -133,6 +136,7 @@ class LogSegment:
             max_index_size_bytes,
             writable=writable_indexes,
             cache=file_cache,
+            deferred=verify_on_first_use is not None,
         )
         time_index = TimeIndex(
             files.time_index_file(directory, base_offset, suffix),
@@ -140,6 +144,7 @@ class LogSegment:
             max_index_size_bytes,
             writable=writable_indexes,
             cache=file_cache,
+            deferred=verify_on_first_use is not None,
         )
         segment = cls(
             log,
@@ -151,6 +156,8 @@ class LogSegment:
             now_ms,
         )
         segment.file_cache = file_cache
+        if verify_on_first_use is not None:
+            segment.defer_verification(verify_on_first_use)
         return segment
 
     # -- files, checked on first use -----------------------------------------------------------
@@ -167,6 +174,9 @@ class LogSegment:
                 return
             self._verifying = True
             try:
+                self._offset_index.load_length()
+                self._time_index.load_length()
+                self._max_timestamp = None
                 verify(self)
             finally:
                 self._verifying = False
@@ -224,11 +234,11 @@ class LogSegment:
     @property
     def offset_index_size_bytes(self) -> int:
         """Bytes of valid offset-index entries (what a cleaned segment's index will need)."""
-        return self._offset_index.size_bytes
+        return self.offset_index.size_bytes
 
     @property
     def time_index_size_bytes(self) -> int:
-        return self._time_index.size_bytes
+        return self.time_index.size_bytes
 
     @property
     def directory(self) -> Path:

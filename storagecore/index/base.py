@@ -47,12 +47,16 @@ class AbstractIndex:
         writable: bool = True,
         *,
         cache: FileCache | None = None,
+        deferred: bool = False,
     ) -> None:
         self.path = path
         self.base_offset = base_offset
         self._max_index_size_bytes = max_index_size_bytes
+        # ``deferred`` (an existing, read-only index through a cache: the loader's inactive
+        # segments): not even a stat now; the owner calls load_length() before first use.
+        self.length_pending = deferred and cache is not None and not writable
         try:
-            length = os.stat(path).st_size
+            length = 0 if self.length_pending else os.stat(path).st_size
             new_file = False
         except FileNotFoundError:
             length = 0
@@ -85,6 +89,20 @@ class AbstractIndex:
         self.max_entries = length // self.entry.size
         if new_file or writable:
             self._set_length(self._rounded(max_index_size_bytes) if writable else length)
+
+    def load_length(self) -> None:
+        """Read the file's length (the entries it holds) for an index opened ``deferred``."""
+        if not self.length_pending:
+            return
+        length = os.stat(self.path).st_size
+        self.entries = length // self.entry.size
+        self._reserved = self.entries * self.entry.size
+        self._length = length
+        self.max_entries = length // self.entry.size
+        self._last = None
+        self._data = None
+        self._columns = {}
+        self.length_pending = False
 
     def _drop_entries(self) -> None:
         """The cache closed the descriptor: the entries read into memory go too."""
