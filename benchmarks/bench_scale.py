@@ -21,8 +21,9 @@ the worker process itself (``preexec_fn``), and:
 
 Printed per start: spawn to ``ready`` (the worker's own line), the peak RSS (VmHWM), the
 largest number of open descriptors seen (``/proc/PID/fd``, sampled every 50 ms) against the
-file cache's bound and the limit, and the cache's misses at ready (after a clean shutdown only
-the active segments' files are opened: no inactive segment is read). Issue 22's targets: ready
+file cache's bound and the limit, and the files the load opened (``openFiles.opensAtLoad`` of
+``/v1/status``: after a clean shutdown only the active segments', no inactive segment is read;
+more fails the run). Issue 22's targets: ready
 <= 10 s after a clean shutdown, RSS <= 1 GB, open files never above the bound.
 
 There is no Kafka anchor here: the targets are absolute (Kafka itself needs about one
@@ -78,7 +79,7 @@ class Start:
     ready_s: float = 0.0
     peak_rss_bytes: int = 0
     peak_fds: int = 0
-    misses_at_ready: float = 0.0
+    opens_at_load: int = 0
     open_files_at_ready: float = 0.0
     samples: list[int] = field(default_factory=list)
 
@@ -195,7 +196,8 @@ class Worker:
             self.process.kill()
             raise RuntimeError(f"the worker did not start: {self.log_tail()}")
         metrics = self.metrics()
-        self.start.misses_at_ready = metrics.get("logkeeper_file_cache_misses_total", -1)
+        _, body = self.get("/v1/status?view=summary")
+        self.start.opens_at_load = json.loads(body)["openFiles"]["opensAtLoad"]
         self.start.open_files_at_ready = metrics.get("logkeeper_open_files", -1)
 
     def log_tail(self) -> str:
@@ -307,7 +309,8 @@ def report(start: Start, nofile: int, bound: float) -> None:
         f"  start {start.kind:>15}: ready in {start.ready_s:6.2f} s; peak RSS "
         f"{start.peak_rss_bytes / 2**20:7.1f} MiB; open files peak {start.peak_fds} "
         f"(file cache bound {bound:.0f}, RLIMIT_NOFILE {nofile}); at ready: "
-        f"{start.open_files_at_ready:.0f} open, {start.misses_at_ready:.0f} cache misses"
+        f"{start.open_files_at_ready:.0f} open; files opened by the load "
+        f"{start.opens_at_load} (3 per partition: the active segments)"
     )
 
 
@@ -320,6 +323,10 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=200)
     parser.add_argument("--housekeeping-timeout", type=float, default=300)
     parser.add_argument("--seed", type=int, default=22)
+    # The other benchmarks' switches (tests/integration/test_benchmarks.py passes them): no
+    # Kafka anchor and no callgrind run here, so both are accepted and change nothing.
+    parser.add_argument("--no-kafka", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-callgrind", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=os.environ.get("BENCH_DIR")))
     rng = random.Random(args.seed)
@@ -385,6 +392,11 @@ def main() -> int:
                 )
             worker = None
         clean = starts[1]
+        if clean.opens_at_load > 3 * args.partitions:
+            failures.append(
+                f"the load after a clean shutdown opened {clean.opens_at_load} files, more than "
+                f"the {3 * args.partitions} of the active segments: it read inactive segments"
+            )
         print(
             f"targets: ready after a clean shutdown {clean.ready_s:.2f} s (<= 10 s); peak RSS "
             f"{max(s.peak_rss_bytes for s in starts) / 2**20:.0f} MiB (<= 1024 MiB); open "

@@ -157,6 +157,9 @@ class LogManager:
             for path in paths:
                 self._dirs[path] = self._lock_dir(path)
             self._load_logs()
+            #: Files the load opened (the cache's misses): after a clean shutdown only the
+            #: active segments' (storagecore.loader, pass 3), whatever the segment count.
+            self.file_opens_at_load = self.file_cache.stats().misses
         except BaseException:
             for log in self._logs.values():
                 log.close_handles()

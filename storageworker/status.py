@@ -223,6 +223,7 @@ def volume_status(worker: Worker, query: StatusQuery | None = None) -> dict[str,
     cache = manager.file_cache.stats()
     document["openFiles"] = {
         "maxOpenFiles": cache.max_open_files,
+        "opensAtLoad": manager.file_opens_at_load,
         "cached": cache.open_files,
         "process": process_open_files(),
         "hits": cache.hits,
