@@ -81,6 +81,7 @@ class Start:
     peak_fds: int = 0
     opens_at_load: int = 0
     logs: int = 0
+    scrape_s: float = 0.0
     open_files_at_ready: float = 0.0
     samples: list[int] = field(default_factory=list)
 
@@ -184,7 +185,16 @@ class Worker:
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
-        deadline = time.monotonic() + 900
+        try:
+            self._wait_ready(began)
+        except BaseException:
+            self.process.kill()
+            self.process.wait()
+            self._stop.set()
+            raise
+
+    def _wait_ready(self, began: float) -> None:
+        deadline = time.monotonic() + 1800
         while time.monotonic() < deadline and self.process.poll() is None:
             text = self.out.read_text(errors="replace")
             if "logkeeper serve: ready" in text:
@@ -194,9 +204,11 @@ class Worker:
                 break
             time.sleep(0.05)  # the worker's own line is the only signal; polled
         else:
-            self.process.kill()
             raise RuntimeError(f"the worker did not start: {self.log_tail()}")
+        print(f"  ({self.start.kind}: ready in {self.start.ready_s:.2f} s)", flush=True)
+        began_scrape = time.monotonic()
         metrics = self.metrics()
+        self.start.scrape_s = time.monotonic() - began_scrape
         _, body = self.get("/v1/status?view=summary")
         summary = json.loads(body)
         self.start.opens_at_load = summary["openFiles"]["opensAtLoad"]
@@ -221,7 +233,7 @@ class Worker:
                 self.start.peak_rss_bytes = max(self.start.peak_rss_bytes, int(hwm[1]) * 1024)
             self._stop.wait(0.05)
 
-    def get(self, path: str, timeout_s: float = 60) -> tuple[float, bytes]:
+    def get(self, path: str, timeout_s: float = 600) -> tuple[float, bytes]:
         began = time.monotonic()
         with urllib.request.urlopen(self.http + path, timeout=timeout_s) as answer:
             body: bytes = answer.read()
@@ -314,7 +326,8 @@ def report(start: Start, nofile: int, bound: float) -> None:
         f"{start.peak_rss_bytes / 2**20:7.1f} MiB; open files peak {start.peak_fds} "
         f"(file cache bound {bound:.0f}, RLIMIT_NOFILE {nofile}); at ready: "
         f"{start.open_files_at_ready:.0f} open; files opened by the load "
-        f"{start.opens_at_load} for {start.logs} logs (3 per log: the active segments)"
+        f"{start.opens_at_load} for {start.logs} logs (3 per log: the active segments); "
+        f"first /metrics scrape {start.scrape_s:.1f} s"
     )
 
 

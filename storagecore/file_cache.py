@@ -225,6 +225,34 @@ class FileCache:
             handle.users += 1
             return handle.fd
 
+    def acquire_all(self, handles: tuple[CachedFile, ...]) -> None:
+        """:meth:`CachedFile.acquire` of each, under one acquisition of the lock (the append
+        path pins a segment's three files at once); all or none."""
+        with self._lock:
+            done = 0
+            try:
+                for handle in handles:
+                    if handle.closed:
+                        raise ValueError(f"{handle.path}: the file is closed")
+                    if handle.fd >= 0:
+                        self.hits += 1
+                        self._open.move_to_end(handle)
+                    else:
+                        self.misses += 1
+                        self._open_locked(handle, handle.flags)
+                    handle.users += 1
+                    done += 1
+            except BaseException:
+                for handle in handles[:done]:
+                    handle.users -= 1
+                raise
+
+    def release_all(self, handles: tuple[CachedFile, ...]) -> None:
+        with self._lock:
+            for handle in handles:
+                assert handle.users > 0, f"{handle.path}: released more often than acquired"
+                handle.users -= 1
+
     def _release(self, handle: CachedFile) -> None:
         with self._lock:
             assert handle.users > 0, f"{handle.path}: released more often than acquired"

@@ -327,35 +327,32 @@ class LocalLog:
             return None
         next_offset = segment.next_offset()
         offset_index, time_index = segment.offset_index, segment.time_index
-        fd = file.acquire()
-        try:
-            result = append_uncompressed(
-                data,
-                fd,
-                position,
-                next_offset,
-                now_ms,
-                origin is AppendOrigin.CLIENT,
-                origin is AppendOrigin.REPLICATION,
-                settings.compact,
-                settings.max_message_bytes,
-                leader_epoch,
-                settings.message_timestamp_before_max_ms,
-                settings.message_timestamp_after_max_ms,
-                segment.base_offset,
-                max_timestamp_no_roll,
-                None,  # the indexes are not mapped (storagecore.file_cache): an append
-                offset_index.entries,
-                None,  # due an index entry takes the general path
-                time_index.entries,
-                time_index.last_timestamp,
-                segment.bytes_since_last_index_entry,
-                segment.index_interval_bytes,
-                segment.max_timestamp_so_far,
-                segment.offset_of_max_timestamp_so_far,
-            )
-        finally:
-            file.release()
+        fd = file.pinned_fd()  # Log.append pinned the active segment's files
+        result = append_uncompressed(
+            data,
+            fd,
+            position,
+            next_offset,
+            now_ms,
+            origin is AppendOrigin.CLIENT,
+            origin is AppendOrigin.REPLICATION,
+            settings.compact,
+            settings.max_message_bytes,
+            leader_epoch,
+            settings.message_timestamp_before_max_ms,
+            settings.message_timestamp_after_max_ms,
+            segment.base_offset,
+            max_timestamp_no_roll,
+            None,  # the indexes are not mapped (storagecore.file_cache): an append
+            offset_index.entries,
+            None,  # due an index entry takes the general path
+            time_index.entries,
+            time_index.last_timestamp,
+            segment.bytes_since_last_index_entry,
+            segment.index_interval_bytes,
+            segment.max_timestamp_so_far,
+            segment.offset_of_max_timestamp_so_far,
+        )
         if result is None:
             return None
         first, last, max_timestamp, offset_of_max, records, batches, unwritten, indexed = result

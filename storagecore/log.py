@@ -211,20 +211,27 @@ class Log:
         """
         with self._lock:
             self._local.check_usable()
-            try:
-                with self._local.active_segment.pinned_files():
-                    return self._append_locked(data, origin)
-            except OSError as exc:
-                error = self._local.io_failed(f"append to {self.tp}", exc, append=True)
-                if not isinstance(error, ResourceExhaustedError):
-                    raise error from exc
-            # Out of descriptors or memory: the cache shed idle files (io_failed); the
-            # descriptors were pinned before anything was written, so once more is safe.
-            try:
-                with self._local.active_segment.pinned_files():
-                    return self._append_locked(data, origin)
-            except OSError as exc:
-                raise self._local.io_failed(f"append to {self.tp}", exc, append=True) from exc
+            for attempt in (1, 2):
+                try:
+                    return self._append_pinned(data, origin)
+                except OSError as exc:
+                    error = self._local.io_failed(f"append to {self.tp}", exc, append=True)
+                    if attempt == 2 or not isinstance(error, ResourceExhaustedError):
+                        raise error from exc
+                # Out of descriptors or memory: the cache shed idle files (io_failed); the
+                # descriptors were pinned before anything was written, so once more is safe.
+            raise AssertionError("unreachable")
+
+    def _append_pinned(
+        self, data: bytes | bytearray | memoryview, origin: AppendOrigin
+    ) -> LogAppendInfo:
+        """:meth:`_append_locked` with the active segment's files pinned open throughout."""
+        segment = self._local.active_segment
+        segment.pin_files()
+        try:
+            return self._append_locked(data, origin)
+        finally:
+            segment.unpin_files()
 
     def _append_locked(
         self, data: bytes | bytearray | memoryview, origin: AppendOrigin

@@ -8,17 +8,16 @@ Callers hold the owning Log's lock; a segment is not thread-safe by itself.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from storagecore import durability, files
 from storagecore.errors import SegmentOffsetOverflowError
-from storagecore.file_cache import FileCache
+from storagecore.file_cache import CachedFile, FileCache
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
@@ -107,6 +106,8 @@ class LogSegment:
         #: The cache this segment's files open through (None: kept open); segments written
         #: for this one's log (the cleaner's) use it too.
         self.file_cache: FileCache | None = None
+        # The three cached handles (pin_files), found once.
+        self._handles: tuple[CachedFile, ...] | None = None
 
     # -- open / names ------------------------------------------------------------------------
     @classmethod
@@ -629,25 +630,27 @@ class LogSegment:
         self._time_index.close_without_trim()
         self._log.close()
 
-    @contextlib.contextmanager
-    def pinned_files(self) -> Iterator[None]:
-        """Keep the segment's three files open for the block (an append: a descriptor that
-        cannot be had fails it before anything is written, never between the log and its
-        index entries)."""
-        log, offset_index, time_index = self._log, self._offset_index, self._time_index
-        log.acquire()
-        try:
-            offset_index.acquire()
-            try:
-                time_index.acquire()
-                try:
-                    yield
-                finally:
-                    time_index.release()
-            finally:
-                offset_index.release()
-        finally:
-            log.release()
+    def pin_files(self) -> None:
+        """Keep the segment's three files open until :meth:`unpin_files` (an append: a
+        descriptor that cannot be had fails it before anything is written, never between the
+        log and its index entries). One acquisition of the cache's lock; nothing without a
+        cache (the files are open for good then)."""
+        cache = self.file_cache
+        if cache is not None:
+            cache.acquire_all(self._cached_handles())
+
+    def unpin_files(self) -> None:
+        cache = self.file_cache
+        if cache is not None:
+            cache.release_all(self._cached_handles())
+
+    def _cached_handles(self) -> tuple[CachedFile, ...]:
+        handles = self._handles
+        if handles is None:
+            found = (self._log.handle, self._offset_index.handle, self._time_index.handle)
+            assert all(isinstance(h, CachedFile) for h in found), found
+            handles = self._handles = cast(tuple[CachedFile, ...], found)
+        return handles
 
     def use_file_cache(self, cache: FileCache) -> None:
         """Open this segment's files through ``cache`` from now on (a segment written outside
@@ -658,6 +661,7 @@ class LogSegment:
         self._offset_index.use_cache(cache)
         self._time_index.use_cache(cache)
         self.file_cache = cache
+        self._handles = None
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename every file of the segment from ``old_suffix`` to ``new_suffix``."""

@@ -309,6 +309,10 @@ class AbstractIndex:
             logger.warning("Closing %s failed: %s", self.path, exc)
         self._drop_entries()
 
+    @property
+    def handle(self) -> Handle:
+        return self._handle
+
     def acquire(self) -> int:
         """The open descriptor, pinned until :meth:`release`."""
         return self._handle.acquire()

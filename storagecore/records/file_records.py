@@ -148,6 +148,16 @@ class FileRecords:
         assert isinstance(self._handle, OpenFile), f"{self.path}: cached, use pinned()"
         return self._handle.fd
 
+    @property
+    def handle(self) -> Handle:
+        return self._handle
+
+    def pinned_fd(self) -> int:
+        """The descriptor of a file its caller pinned already (LogSegment.pin_files)."""
+        handle = self._handle
+        assert handle.fd >= 0 and (isinstance(handle, OpenFile) or handle.users > 0), handle
+        return handle.fd
+
     def acquire(self) -> int:
         """The open descriptor, pinned until :meth:`release` (the hot path's :meth:`pinned`)."""
         return self._handle.acquire()
