@@ -237,6 +237,10 @@ def volume_status(worker: Worker, query: StatusQuery | None = None) -> dict[str,
     if query.topics:
         wanted = set(query.topics)
         logs = [(tp, log) for tp, log in logs if tp.topic in wanted]
+    document["retention"] = {
+        "deletedSegments": manager.retention_totals.segments_deleted,
+        "deletedBytes": manager.retention_totals.bytes_deleted,
+    }
     if query.summary:
         del document["partitions"]
         document["partitionSummary"] = partition_summary(worker, [log for _, log in logs], now)

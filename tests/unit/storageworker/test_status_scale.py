@@ -54,6 +54,8 @@ def test_summary_view_counts_without_the_partition_list(setup: Setup) -> None:
     only = volume_status(worker, parse_query("view=summary&topic=events"))
     assert only["partitionSummary"]["count"] == 2
     assert summary["openFiles"]["maxOpenFiles"] == worker.log_manager.file_cache.max_open_files
+    assert summary["openFiles"]["opensAtLoad"] == worker.log_manager.file_opens_at_load
+    assert summary["retention"] == {"deletedSegments": 0, "deletedBytes": 0}
 
 
 def test_pages_cover_the_partitions_once_in_order(setup: Setup) -> None:
