@@ -343,10 +343,12 @@ class LocalLog:
             settings.message_timestamp_after_max_ms,
             segment.base_offset,
             max_timestamp_no_roll,
-            None,  # the indexes are not mapped (storagecore.file_cache): an append
-            offset_index.entries,
-            None,  # due an index entry takes the general path
-            time_index.entries,
+            # The indexes are not mapped (storagecore.file_cache): the native append writes the
+            # entries it is due into one-entry buffers, and native_appended writes them out.
+            offset_index.native_scratch(),
+            0,
+            time_index.native_scratch(),
+            0,
             time_index.last_timestamp,
             segment.bytes_since_last_index_entry,
             segment.index_interval_bytes,

@@ -78,6 +78,8 @@ class AbstractIndex:
         # The valid entries' bytes, read on first use; None when not read (or dropped by the
         # cache). Readers take a local reference: the cache may drop it from another thread.
         self._data: bytearray | None = None
+        # Where the native append writes the one entry it is due (native_scratch).
+        self._scratch = bytearray(self.entry.size)
         # Searched columns (relative offsets, positions, timestamps) as native arrays, built on
         # the first lookup and extended by appends, so lookups are a C-level bisect. Replaced
         # (never cleared in place) when entries are truncated or reset, or dropped.
@@ -202,11 +204,22 @@ class AbstractIndex:
         end = (self.entries + 1) * self.entry.size
         return end <= self._reserved or end > self._length
 
+    def native_scratch(self) -> bytearray | None:
+        """One entry's bytes for the native append (storagecore.records.append_uncompressed) to
+        write the entry it is due into, with that entry's disk blocks already reserved (so a full
+        disk fails here, before anything is written); :meth:`entry_written` then writes it to the
+        file. None when the index is full: the general path rolls."""
+        if self.entries >= self.max_entries:
+            return None
+        if not self.next_entry_reserved():
+            self.reserve_next()
+        return self._scratch
+
     def entry_written(self, values: tuple[int, ...]) -> None:
-        """Main's native append writes index entries into a mapping; these indexes are not
-        mapped (they hold no descriptor: storagecore.file_cache), so the native append is given
-        none, and an append due an entry takes the general path (:meth:`_write_entry`)."""
-        raise AssertionError(f"{self.path}: the native append wrote an entry {values}")
+        """The entry the native append was due (written into :meth:`native_scratch`), as
+        :meth:`_write_entry` writes it: these indexes are not mapped (they hold no descriptor:
+        storagecore.file_cache), so the entry goes to the file with one ``pwrite``."""
+        self._write_entry(values)
 
     def _write_entry(self, values: tuple[int, ...]) -> None:
         if self.entries >= self.max_entries:

@@ -243,10 +243,9 @@ def test_ordinary_appends_take_the_native_append(tmp_path: Path, spy: _Spy) -> N
     clock = ManualClock(START_MS)
     log = Log.open(tmp_path / "topic-0", LogConfig(index_interval_bytes=100), clock)
     infos = [log.append(_ordinary(5, START_MS)) for _ in range(4)]
-    # Every append after the first is due an index entry: the indexes are not mapped (they
-    # hold no descriptor: storagecore.file_cache), so the native append leaves those to the
-    # general path; the first is native.
-    assert spy.written == 1
+    # All four are native; the second writes the first index entries, whose disk blocks (64 KiB
+    # of each index) are reserved before the native call (OffsetIndex.native_scratch).
+    assert spy.written == 4
     assert [(i.first_offset, i.last_offset) for i in infos] == [(0, 4), (5, 9), (10, 14), (15, 19)]
     assert [r.offset for r in log.records()] == list(range(20))
     assert log.active_segment.offset_index.entries == 3  # one per append after the first
@@ -256,9 +255,9 @@ def test_ordinary_appends_take_the_native_append(tmp_path: Path, spy: _Spy) -> N
 def test_native_appends_write_the_index_entries_of_the_general_path(
     tmp_path: Path, spy: _Spy
 ) -> None:
-    """Appends with the native append enabled leave the entries, the searched columns built
-    before those appends, and lookups by offset and by time of the general path's
-    LogSegment.append (an append due an entry takes the general path: unmapped indexes)."""
+    """The native append writes each due offset and time entry into the mappings itself; the
+    entries, the searched columns built before those appends, and lookups by offset and by
+    time are those of the general path's LogSegment.append."""
     config = LogConfig(index_interval_bytes=100)
     logs = [
         Log.open(tmp_path / f"{name}" / "topic-0", config, ManualClock(START_MS)) for name in "ng"
@@ -274,9 +273,7 @@ def test_native_appends_write_the_index_entries_of_the_general_path(
             for log in logs:
                 log.active_segment.offset_index.lookup(7)
                 log.active_segment.time_index.lookup(START_MS + 20)
-    # Appends due an index entry take the general path (the indexes are not mapped); here
-    # every one after the first is due one.
-    assert spy.written == 1
+    assert spy.written == 12  # every append native, index blocks reserved before each call
     native, general = (log.active_segment for log in logs)
     for index in ("offset_index", "time_index"):
         ours, theirs = getattr(native, index), getattr(general, index)
