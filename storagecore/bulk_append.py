@@ -132,6 +132,7 @@ def _write_cleaned_segments(
                         max_index_size_bytes=config.segment_index_bytes,
                         now_ms=now_ms,
                         suffix=files.CLEANED_SUFFIX,
+                        file_cache=local.file_cache,
                     )
                 )
             buffer = bytearray(batch.buffer)

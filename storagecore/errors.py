@@ -28,6 +28,10 @@ broken invariant) are ``AssertionError`` and are never caught::
       x LogDirFullError             the filesystem is full (ENOSPC, EDQUOT) or below the free-space
                                     floor: the write was refused, nothing half-written stays,
                                     the dir stays online; retriable (KAFKA_STORAGE_ERROR)
+      x ResourceExhaustedError      the process or system ran out of descriptors or memory
+                                    (EMFILE, ENFILE, ENOMEM): that request failed, the file
+                                    cache shed, the dir stays online; retriable
+                                    (KAFKA_STORAGE_ERROR)
       x UnknownTopicOrPartitionError
     * ConfigError (ValueError)      bad topic config key or value, bad topic name
 """
@@ -110,6 +114,13 @@ class LogDirFullError(StorageError):
     """A write refused for lack of space: the filesystem said ENOSPC or EDQUOT, or its free
     space is below the worker's floor. Unlike an I/O error this takes nothing offline: what is
     stored stays readable and writes resume by themselves once space is free again."""
+
+
+class ResourceExhaustedError(StorageError):
+    """An operation failed because the process or the system ran out of file descriptors or
+    memory (EMFILE, ENFILE, ENOMEM), even after the file cache closed idle files and the
+    operation was tried again. Not a disk failure: nothing is taken offline, and the same
+    request may succeed a moment later (storagecore.file_cache)."""
 
 
 class UnknownTopicOrPartitionError(StorageError):

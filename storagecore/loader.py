@@ -11,11 +11,14 @@ The passes, in order; each mirrors a step of a multi-step protocol of :mod:`stor
 2. **Interrupted swaps.** The remaining ``.swap`` files are complete replacements (the swap was
    past its step 1): delete the non-swap segment files whose offsets fall in the swapped range,
    then strip ``.swap`` (what the swap's steps 3 and 4 would have done).
-3. **Segments.** Delete index files without a ``.log`` (orphans). Open every segment. A missing
-   ``.index`` or ``.timeindex``, an index that fails its sanity check, or a tail that is not a
-   complete, valid batch is recovered from the log (with a warning). Kafka rebuilds only a missing
-   ``.index`` here and trusts the tail after a clean shutdown; checking costs one header walk from
-   the last index entry and one CRC per segment.
+3. **Segments.** Delete index files without a ``.log`` (orphans). Open every segment (through
+   the file cache: nothing is read or kept open). A missing ``.index`` or ``.timeindex`` is
+   rebuilt from the log now (with a warning). The last segment is sanity-checked now; the others
+   below the recovery point on their first use (:meth:`LogSegment.defer_verification`), so that
+   a log dir of many segments loads without reading them. An index that fails its check, or a
+   tail that is not a complete, valid batch, is recovered from the log then. Kafka rebuilds
+   only a missing ``.index`` and trusts the tail after a clean shutdown; checking costs one
+   header walk from the last index entry and one CRC per segment.
 4. **Recovery** (only without a clean-shutdown marker). From the segment holding the recovery
    point to the end: revalidate every batch, rebuild the indexes, truncate at the first torn or
    corrupt batch and delete every later segment; each recovered segment leaves a producer
@@ -34,12 +37,15 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 from storagecore import durability, files
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import CorruptIndexError, CorruptRecordError
+from storagecore.file_cache import FileCache
 from storagecore.producer_state import (
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     ProducerStateManager,
@@ -73,11 +79,14 @@ def load_log(
     log_start_offset: int,
     had_clean_shutdown: bool,
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    file_cache: FileCache | None = None,
 ) -> LoadedLog:
     prefix = f"[LogLoader partition={tp}, dir={directory.parent}]"
     now_ms = clock.milliseconds()
 
-    def open_segment(base_offset: int) -> LogSegment:
+    def open_segment(
+        base_offset: int, verify_on_first_use: Callable[[LogSegment], None] | None = None
+    ) -> LogSegment:
         return LogSegment.open(
             directory,
             base_offset,
@@ -85,10 +94,14 @@ def load_log(
             max_index_size_bytes=config.segment_index_bytes,
             now_ms=now_ms,
             writable_indexes=False,
+            file_cache=file_cache,
+            verify_on_first_use=verify_on_first_use,
         )
 
-    # Pass 1: temporary files.
-    swap_files = _remove_temp_files_and_collect_swap_files(directory, prefix)
+    # Pass 1: temporary files. One listing (names and types, no stat) serves pass 3 too
+    # unless passes 1 or 2 changed the directory.
+    listing = _list_files(directory)
+    swap_files, changed = _remove_temp_files_and_collect_swap_files(directory, listing, prefix)
 
     # Pass 2: complete interrupted swaps.
     log_swaps = [p for p in swap_files if p.name.endswith(files.LOG_SUFFIX + files.SWAP_SUFFIX)]
@@ -129,7 +142,7 @@ def load_log(
         durability.fsync_dir(directory)
 
     # Pass 3: orphan indexes, open segments, rebuild missing or corrupt indexes.
-    names = {p.name for p in directory.iterdir() if p.is_file()}
+    names = set(_list_files(directory) if changed or swap_files else listing)
     for name in sorted(names):
         if files.is_segment_file_name(name) and name.endswith(files.INDEX_SUFFIXES):
             log_name = files.filename_prefix(files.offset_from_file_name(name)) + files.LOG_SUFFIX
@@ -150,9 +163,34 @@ def load_log(
     segments: list[LogSegment] = []
     recovered = 0
     truncated_total = 0
+    last_position = len(log_bases) - 1
+
+    def check_on_first_use(segment: LogSegment) -> None:
+        try:
+            sanity_check_segment(segment)
+        except (CorruptIndexError, CorruptRecordError) as exc:
+            logger.warning(
+                "%s Rebuilding indexes of segment %d on first use: %s",
+                prefix,
+                segment.base_offset,
+                exc,
+            )
+            recover_segment(segment, config.segment_index_bytes)
+
     for position, base in enumerate(log_bases):
-        index_missing = not files.index_file(directory, base).exists()
-        time_index_missing = not files.time_index_file(directory, base).exists()
+        prefix_name = files.filename_prefix(base)
+        index_missing = prefix_name + files.INDEX_SUFFIX not in names
+        time_index_missing = prefix_name + files.TIME_INDEX_SUFFIX not in names
+        if (
+            position < recover_from_index
+            and position < last_position
+            and not (index_missing or time_index_missing)
+        ):
+            # Checked on first use instead (LogSegment.defer_verification): a log of many
+            # segments loads without reading them (not even its indexes' lengths), as Kafka's
+            # lazy indexes; what a check finds is rebuilt then, as here.
+            segments.append(open_segment(base, check_on_first_use))
+            continue
         segment = open_segment(base)
         if position < recover_from_index:
             # Kafka leaves a missing .timeindex empty (retention then falls back to mtime);
@@ -293,19 +331,31 @@ def _recover_segment(
     return truncated
 
 
-def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> list[Path]:
+def _list_files(directory: Path) -> list[str]:
+    """Names of the regular files in ``directory``, sorted (types from the directory entries:
+    no stat per file)."""
+    with os.scandir(directory) as entries:
+        return sorted(entry.name for entry in entries if entry.is_file())
+
+
+def _remove_temp_files_and_collect_swap_files(
+    directory: Path, names: list[str], prefix: str
+) -> tuple[list[Path], bool]:
+    """The valid ``.swap`` files, and whether anything was deleted."""
     swap_files: list[Path] = []
     cleaned_files: list[Path] = []
     min_cleaned_offset: int | None = None
-    for path in sorted(directory.iterdir()):
-        if not path.is_file():
+    deleted = False
+    for name in names:
+        if not name.endswith((files.DELETED_SUFFIX, files.CLEANED_SUFFIX, files.SWAP_SUFFIX)):
             continue
-        name = path.name
+        path = directory / name
         if name.endswith(files.DELETED_SUFFIX):
             if name.endswith(".checkpoint" + files.DELETED_SUFFIX):
                 continue
             logger.info("%s Deleting stray temporary file %s", prefix, name)
             path.unlink()
+            deleted = True
         elif name.endswith(files.CLEANED_SUFFIX) and files.is_segment_file_name(name):
             offset = files.offset_from_file_name(name)
             min_cleaned_offset = (
@@ -317,6 +367,7 @@ def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> l
     for path in cleaned_files:
         logger.info("%s Deleting stray temporary file %s", prefix, path.name)
         path.unlink()
+        deleted = True
     valid: list[Path] = []
     for path in swap_files:
         if (
@@ -330,9 +381,10 @@ def _remove_temp_files_and_collect_swap_files(directory: Path, prefix: str) -> l
                 min_cleaned_offset,
             )
             path.unlink()
+            deleted = True
         else:
             valid.append(path)
-    return valid
+    return valid, deleted
 
 
 def _scan_next_offset(records: FileRecords, base_offset: int) -> int:

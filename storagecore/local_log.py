@@ -43,8 +43,10 @@ from storagecore.disk_space import is_disk_full
 from storagecore.errors import (
     LogDirFullError,
     LogDirOfflineError,
+    ResourceExhaustedError,
     StorageError,
 )
+from storagecore.file_cache import is_resource_exhausted
 from storagecore.index import TimestampOffset
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
 from storagecore.records import layout
@@ -108,6 +110,9 @@ class LocalLog:
         self.on_roll: RollCallback | None = None
         self.offline = False
         self.closed = False
+        #: The cache the segments' files open through (storagecore.file_cache); None: each
+        #: segment keeps its files open.
+        self.file_cache = self.segments[0].file_cache
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -204,6 +209,15 @@ class LocalLog:
                 f"{self.tp}: {what} failed in {self.directory}: {exc}; nothing was written, the "
                 "log directory stays online and writes resume once space is free"
             )
+        if is_resource_exhausted(exc):
+            # Out of descriptors or memory: not the disk's fault. The cache sheds idle files;
+            # this request fails (retriable), the log and its dir stay online.
+            if self.file_cache is not None:
+                self.file_cache.shed()
+            return ResourceExhaustedError(
+                f"{self.tp}: {what} failed in {self.directory}: {exc}; the request can be "
+                "retried (idle files were closed), the log directory stays online"
+            )
         if self._on_io_error is not None:
             self._on_io_error(self.directory.parent, exc)
         self.offline = True
@@ -262,6 +276,7 @@ class LocalLog:
             max_index_size_bytes=self.config.segment_index_bytes,
             now_ms=now_ms,
             rolling_jitter_ms=self._rolling_jitter_ms(),
+            file_cache=self.file_cache,
         )
         self.segments.append(segment)
         self.bases.append(new_offset)
@@ -312,9 +327,10 @@ class LocalLog:
             return None
         next_offset = segment.next_offset()
         offset_index, time_index = segment.offset_index, segment.time_index
+        fd = file.pinned_fd()  # Log.append pinned the active segment's files
         result = append_uncompressed(
             data,
-            file.fd,
+            fd,
             position,
             next_offset,
             now_ms,
@@ -327,10 +343,12 @@ class LocalLog:
             settings.message_timestamp_after_max_ms,
             segment.base_offset,
             max_timestamp_no_roll,
-            offset_index.mapping,
-            offset_index.entries,
-            time_index.mapping,
-            time_index.entries,
+            # The indexes are not mapped (storagecore.file_cache): the native append writes the
+            # entries it is due into one-entry buffers, and native_appended writes them out.
+            offset_index.native_scratch(),
+            0,
+            time_index.native_scratch(),
+            0,
             time_index.last_timestamp,
             segment.bytes_since_last_index_entry,
             segment.index_interval_bytes,
@@ -500,6 +518,8 @@ class LocalLog:
         # 4. strip .swap; the directory fsync makes the final names durable.
         for segment in new:
             segment.change_file_suffixes(files.SWAP_SUFFIX, "")
+            if self.file_cache is not None:
+                segment.use_file_cache(self.file_cache)
         durability.fsync_dir(self.directory)
         # 5.
         if not unlink_replaced and self.config.file_delete_delay_ms == 0:

@@ -25,7 +25,12 @@ from storagecore import files
 from storagecore.bulk_append import bulk_append
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
-from storagecore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
+from storagecore.errors import (
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    ResourceExhaustedError,
+)
+from storagecore.file_cache import FileCache
 from storagecore.index import TimestampOffset
 from storagecore.loader import load_log
 from storagecore.local_log import IoErrorCallback, LocalLog
@@ -105,8 +110,10 @@ class Log:
         had_clean_shutdown: bool = False,
         on_io_error: IoErrorCallback | None = None,
         on_disk_full: IoErrorCallback | None = None,
+        file_cache: FileCache | None = None,
     ) -> Log:
-        """Load (and if needed recover) the log in ``directory``, creating it if absent."""
+        """Load (and if needed recover) the log in ``directory``, creating it if absent. With
+        ``file_cache`` its segments' files open through that cache (storagecore.file_cache)."""
         tp = files.parse_partition_dir_name(directory.name)
         directory.mkdir(parents=True, exist_ok=True)
         loaded = load_log(
@@ -117,6 +124,7 @@ class Log:
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             had_clean_shutdown=had_clean_shutdown,
+            file_cache=file_cache,
         )
         return cls(
             directory,
@@ -203,10 +211,27 @@ class Log:
         """
         with self._lock:
             self._local.check_usable()
-            try:
-                return self._append_locked(data, origin)
-            except OSError as exc:
-                raise self._local.io_failed(f"append to {self.tp}", exc, append=True) from exc
+            for attempt in (1, 2):
+                try:
+                    return self._append_pinned(data, origin)
+                except OSError as exc:
+                    error = self._local.io_failed(f"append to {self.tp}", exc, append=True)
+                    if attempt == 2 or not isinstance(error, ResourceExhaustedError):
+                        raise error from exc
+                # Out of descriptors or memory: the cache shed idle files (io_failed); the
+                # descriptors were pinned before anything was written, so once more is safe.
+            raise AssertionError("unreachable")
+
+    def _append_pinned(
+        self, data: bytes | bytearray | memoryview, origin: AppendOrigin
+    ) -> LogAppendInfo:
+        """:meth:`_append_locked` with the active segment's files pinned open throughout."""
+        segment = self._local.active_segment
+        segment.pin_files()
+        try:
+            return self._append_locked(data, origin)
+        finally:
+            segment.unpin_files()
 
     def _append_locked(
         self, data: bytes | bytearray | memoryview, origin: AppendOrigin
@@ -311,12 +336,17 @@ class Log:
         """
         with self._lock:
             self._local.check_usable()
-            try:
-                return self._read_locked(
-                    start_offset, max_bytes, min_one_message, max_offset, region_min_bytes
-                )
-            except OSError as exc:
-                raise self._local.io_failed(f"read from {self.tp}", exc) from exc
+            for attempt in (1, 2):
+                try:
+                    return self._read_locked(
+                        start_offset, max_bytes, min_one_message, max_offset, region_min_bytes
+                    )
+                except OSError as exc:
+                    error = self._local.io_failed(f"read from {self.tp}", exc)
+                    if attempt == 2 or not isinstance(error, ResourceExhaustedError):
+                        raise error from exc
+                    # A resource error: the cache shed idle files; a read is tried again.
+            raise AssertionError("unreachable")
 
     def _read_locked(
         self,
@@ -487,13 +517,19 @@ class Log:
         """The segments as retention sees them (sizes, offsets, largest timestamps)."""
         with self._lock, self._local.io(f"inspect {self.tp}"):
             return [
-                SegmentView(s.base_offset, s.next_offset(), s.size_bytes, s.largest_timestamp)
+                SegmentView(
+                    s.base_offset,
+                    s.next_offset,
+                    s.size_bytes,
+                    lambda s=s: s.largest_timestamp,  # type: ignore[misc]
+                )
                 for s in self._local.segments
             ]
 
     def plan_retention(self, now_ms: int | None = None) -> RetentionPlan:
         """What retention would delete now, without deleting anything (a dry run)."""
-        with self._lock:
+        # The views read a segment's files on first use: the I/O guard covers the plan too.
+        with self._lock, self._local.io(f"plan retention of {self.tp}"):
             return plan_retention(
                 self.tp,
                 self.retention_view(),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from storagecore.config import LogConfig, TopicPartition
 
@@ -37,15 +37,56 @@ class RetentionRule(enum.Enum):
     TIME = "retention.ms"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class SegmentView:
-    """What retention needs to know about one segment."""
+    """What retention needs to know about one segment. ``next_offset`` and
+    ``largest_timestamp`` may be given as functions, called once on first use: the passes stop
+    at the first segment they keep, so a check reads only the segments it could delete (a
+    segment's end and largest timestamp come from its files; Kafka reads them lazily too)."""
 
-    base_offset: int
-    next_offset: int
-    size_bytes: int
-    largest_timestamp: int
-    """Max record timestamp, or the file's mtime when the segment has none (Kafka's rule)."""
+    __slots__ = ("_largest_timestamp", "_next_offset", "base_offset", "size_bytes")
+
+    def __init__(
+        self,
+        base_offset: int,
+        next_offset: int | Callable[[], int],
+        size_bytes: int,
+        largest_timestamp: int | Callable[[], int],
+    ) -> None:
+        self.base_offset = base_offset
+        self.size_bytes = size_bytes
+        self._next_offset = next_offset
+        self._largest_timestamp = largest_timestamp
+
+    @property
+    def next_offset(self) -> int:
+        value = self._next_offset
+        if not isinstance(value, int):
+            value = self._next_offset = value()
+        return value
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Max record timestamp, or the file's mtime when the segment has none (Kafka's
+        rule)."""
+        value = self._largest_timestamp
+        if not isinstance(value, int):
+            value = self._largest_timestamp = value()
+        return value
+
+    def _key(self) -> tuple[int, int, int, int]:
+        return (self.base_offset, self.next_offset, self.size_bytes, self.largest_timestamp)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SegmentView) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"SegmentView(base_offset={self.base_offset}, next_offset={self.next_offset}, "
+            f"size_bytes={self.size_bytes}, largest_timestamp={self.largest_timestamp})"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,6 +173,7 @@ def plan_retention(
 
     def take(chosen: list[SegmentView], rule: RetentionRule, reason: object) -> None:
         for segment in chosen:
+            segment._key()  # resolved now, while the caller holds the log's lock
             deletions.append(SegmentDeletion(segment, rule, reason(segment)))  # type: ignore[operator]
         del remaining[: len(chosen)]
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from storagecore import durability, files
 from storagecore.errors import SegmentOffsetOverflowError
+from storagecore.file_cache import CachedFile, FileCache
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
@@ -26,6 +28,10 @@ from storagecore.records.layout import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Serialises the deferred first-use checks (rare: once per segment after a clean load); an RLock
+# because the check itself goes through the segment's checked accessors.
+_VERIFY_LOCK = threading.RLock()
 
 #: Single-header reads tried before a chunked header walk when translating an offset.
 _SHORT_WALK_BATCHES = 4
@@ -78,21 +84,30 @@ class LogSegment:
         rolling_jitter_ms: int,
         created_ms: int,
     ) -> None:
-        self.log = log
-        self.offset_index = offset_index
-        self.time_index = time_index
+        self._log = log
+        self._offset_index = offset_index
+        self._time_index = time_index
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = created_ms
         self.bytes_since_last_index_entry = 0
-        # Largest timestamp in the segment and the last offset of the batch that first reached it.
-        last = time_index.last_entry
-        self.max_timestamp_so_far: int = last.timestamp
-        self.offset_of_max_timestamp_so_far: int = last.offset
+        # Largest timestamp in the segment and the last offset of the batch that first reached
+        # it; None until first asked (read from the time index then, as Kafka's
+        # maxTimestampAndOffsetSoFar: loading a log reads no inactive segment).
+        self._max_timestamp: tuple[int, int] | None = None
+        # Set by the loader (defer_verification): the check it would run at load runs on the
+        # segment's first use instead (storagecore.loader, pass 3); None once done.
+        self._verify_with: Callable[[LogSegment], None] | None = None
+        self._verifying = False
         # Timestamp that time-based rolling measures from (first batch's max timestamp).
         self.rolling_based_timestamp: int | None = None
         self._next_offset: int | None = None
+        #: The cache this segment's files open through (None: kept open); segments written
+        #: for this one's log (the cleaner's) use it too.
+        self.file_cache: FileCache | None = None
+        # The three cached handles (pin_files), found once.
+        self._handles: tuple[CachedFile, ...] | None = None
 
     # -- open / names ------------------------------------------------------------------------
     @classmethod
@@ -107,21 +122,32 @@ class LogSegment:
         rolling_jitter_ms: int = 0,
         suffix: str = "",
         writable_indexes: bool = True,
+        file_cache: FileCache | None = None,
+        verify_on_first_use: Callable[[LogSegment], None] | None = None,
     ) -> LogSegment:
-        log = FileRecords(files.log_file(directory, base_offset, suffix))
+        """The segment's files, created when absent. With ``file_cache`` nothing of an existing
+        segment opened with ``writable_indexes=False`` is opened here: its descriptors open on
+        use and the cache closes them when idle (storagecore.file_cache). With
+        ``verify_on_first_use`` not even the indexes' lengths are read now
+        (:meth:`defer_verification`)."""
+        log = FileRecords(files.log_file(directory, base_offset, suffix), cache=file_cache)
         offset_index = OffsetIndex(
             files.index_file(directory, base_offset, suffix),
             base_offset,
             max_index_size_bytes,
             writable=writable_indexes,
+            cache=file_cache,
+            deferred=verify_on_first_use is not None,
         )
         time_index = TimeIndex(
             files.time_index_file(directory, base_offset, suffix),
             base_offset,
             max_index_size_bytes,
             writable=writable_indexes,
+            cache=file_cache,
+            deferred=verify_on_first_use is not None,
         )
-        return cls(
+        segment = cls(
             log,
             offset_index,
             time_index,
@@ -130,10 +156,81 @@ class LogSegment:
             rolling_jitter_ms,
             now_ms,
         )
+        segment.file_cache = file_cache
+        if verify_on_first_use is not None:
+            segment.defer_verification(verify_on_first_use)
+        return segment
+
+    # -- files, checked on first use -----------------------------------------------------------
+    def defer_verification(self, verify: Callable[[LogSegment], None]) -> None:
+        """Run ``verify`` (the loader's check, rebuilding the indexes if it fails:
+        :mod:`storagecore.segment_recovery`) on this segment's first use rather than now: what
+        lets a log of many segments load after a clean shutdown without reading them."""
+        self._verify_with = verify
+
+    def _verify(self) -> None:
+        with _VERIFY_LOCK:
+            verify = self._verify_with
+            if verify is None or self._verifying:
+                return
+            self._verifying = True
+            try:
+                self._offset_index.load_length()
+                self._time_index.load_length()
+                self._max_timestamp = None
+                verify(self)
+            finally:
+                self._verifying = False
+            self._verify_with = None
+
+    @property
+    def log(self) -> FileRecords:
+        if self._verify_with is not None:
+            self._verify()
+        return self._log
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        if self._verify_with is not None:
+            self._verify()
+        return self._offset_index
+
+    @property
+    def time_index(self) -> TimeIndex:
+        if self._verify_with is not None:
+            self._verify()
+        return self._time_index
+
+    def _max_timestamp_entry(self) -> tuple[int, int]:
+        entry = self._max_timestamp
+        if entry is None:
+            last = self.time_index.last_entry
+            entry = self._max_timestamp = (last.timestamp, last.offset)
+        return entry
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_entry()[0]
+
+    @max_timestamp_so_far.setter
+    def max_timestamp_so_far(self, timestamp: int) -> None:
+        self._max_timestamp = (timestamp, self.offset_of_max_timestamp_so_far)
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_entry()[1]
+
+    @offset_of_max_timestamp_so_far.setter
+    def offset_of_max_timestamp_so_far(self, offset: int) -> None:
+        self._max_timestamp = (self.max_timestamp_so_far, offset)
+
+    def _set_max_timestamp(self, timestamp: int, offset: int) -> None:
+        self._max_timestamp = (timestamp, offset)
 
     @property
     def size_bytes(self) -> int:
-        return self.log.size_bytes
+        # The file's size as found (not checked: status and metrics sum it over every segment).
+        return self._log.size_bytes
 
     @property
     def offset_index_size_bytes(self) -> int:
@@ -146,17 +243,17 @@ class LogSegment:
 
     @property
     def directory(self) -> Path:
-        return self.log.path.parent
+        return self._log.path.parent
 
     def txn_index_path(self) -> Path:
-        return self.log.path.with_name(
-            self.log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)
+        return self._log.path.with_name(
+            self._log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)
         )
 
     def __repr__(self) -> str:
         return (
             f"LogSegment(base_offset={self.base_offset}, size={self.size_bytes}, "
-            f"path={self.log.path})"
+            f"path={self._log.path})"
         )
 
     # -- offsets -----------------------------------------------------------------------------
@@ -232,8 +329,7 @@ class LogSegment:
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
         if largest_timestamp > self.max_timestamp_so_far:
-            self.max_timestamp_so_far = largest_timestamp
-            self.offset_of_max_timestamp_so_far = shallow_offset_of_max_timestamp
+            self._set_max_timestamp(largest_timestamp, shallow_offset_of_max_timestamp)
         # Entries track the bytes of previous appends: the first append never gets one.
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
             self.offset_index.append(largest_offset, physical_position)
@@ -488,6 +584,8 @@ class LogSegment:
 
     def append_final_time_entry(self) -> None:
         """The time index's entry for the segment's max timestamp, if it has none yet."""
+        if self._max_timestamp is None:
+            return  # never read nor changed since it was opened: the entry is there already
         if self.max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
@@ -508,31 +606,62 @@ class LogSegment:
             self.created_ms = now_ms
             self.rolling_based_timestamp = None
         self.bytes_since_last_index_entry = 0
-        last = self.time_index.last_entry
-        self.max_timestamp_so_far = last.timestamp
-        self.offset_of_max_timestamp_so_far = last.offset
+        self._max_timestamp = None  # read from the truncated time index when next asked
         self._next_offset = None
         return removed
 
     # -- lifecycle ---------------------------------------------------------------------------
     def flush(self) -> None:
-        self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
+        self._log.flush()
+        self._offset_index.flush()
+        self._time_index.flush()
 
     def close(self) -> None:
-        if self.log.closed:
+        if self._log.closed:
             return
         self.append_final_time_entry()
-        self.offset_index.close()
-        self.time_index.close()
-        self.log.close()
+        self._offset_index.close()
+        self._time_index.close()
+        self._log.close()
 
     def close_handles(self) -> None:
         """Close file handles without writing anything (a crash, as far as the files know)."""
-        self.offset_index.close_without_trim()
-        self.time_index.close_without_trim()
-        self.log.close()
+        self._offset_index.close_without_trim()
+        self._time_index.close_without_trim()
+        self._log.close()
+
+    def pin_files(self) -> None:
+        """Keep the segment's three files open until :meth:`unpin_files` (an append: a
+        descriptor that cannot be had fails it before anything is written, never between the
+        log and its index entries). One acquisition of the cache's lock; nothing without a
+        cache (the files are open for good then)."""
+        cache = self.file_cache
+        if cache is not None:
+            cache.acquire_all(self._cached_handles())
+
+    def unpin_files(self) -> None:
+        cache = self.file_cache
+        if cache is not None:
+            cache.release_all(self._cached_handles())
+
+    def _cached_handles(self) -> tuple[CachedFile, ...]:
+        handles = self._handles
+        if handles is None:
+            found = (self._log.handle, self._offset_index.handle, self._time_index.handle)
+            assert all(isinstance(h, CachedFile) for h in found), found
+            handles = self._handles = cast(tuple[CachedFile, ...], found)
+        return handles
+
+    def use_file_cache(self, cache: FileCache) -> None:
+        """Open this segment's files through ``cache`` from now on (a segment written outside
+        it, such as the cleaner's, once swapped into a log that uses one)."""
+        if self.file_cache is cache:
+            return
+        self._log.use_cache(cache)
+        self._offset_index.use_cache(cache)
+        self._time_index.use_cache(cache)
+        self.file_cache = cache
+        self._handles = None
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename every file of the segment from ``old_suffix`` to ``new_suffix``."""
@@ -547,9 +676,9 @@ class LogSegment:
             return path.with_name(stem + new_suffix)
 
         txn = self.txn_index_path()
-        self.log.rename_to(renamed(self.log.path))
-        self.offset_index.rename_to(renamed(self.offset_index.path))
-        self.time_index.rename_to(renamed(self.time_index.path))
+        self._log.rename_to(renamed(self._log.path))
+        self._offset_index.rename_to(renamed(self._offset_index.path))
+        self._time_index.rename_to(renamed(self._time_index.path))
         if txn.exists():
             durability.rename(txn, renamed(txn))
 
@@ -557,5 +686,5 @@ class LogSegment:
         """Close and unlink every file of the segment (whatever its current suffix)."""
         txn = self.txn_index_path()
         self.close_handles()
-        for path in (self.log.path, self.offset_index.path, self.time_index.path, txn):
+        for path in (self._log.path, self._offset_index.path, self._time_index.path, txn):
             path.unlink(missing_ok=True)

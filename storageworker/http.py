@@ -81,12 +81,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/healthz":
             self._send(200, b"ok\n", "text/plain")
         elif path == "/readyz":
-            ready = worker.state == "running"
-            self._send(200 if ready else 503, f"{worker.state}\n".encode(), "text/plain")
+            ready, why = worker.readiness()
+            self._send(200 if ready else 503, f"{why}\n".encode(), "text/plain")
         elif path == "/metrics":
             self._send(200, metrics.exposition(self.server.registry), metrics.CONTENT_TYPE)
         elif path == "/v1/status":
-            self._json(200, status.volume_status(worker))
+            try:
+                query = status.parse_query(self.path.partition("?")[2])
+            except ValueError as exc:
+                self._json(400, {"error": str(exc)})
+                return
+            self._json(200, status.volume_status(worker, query))
         else:
             self._json(404, {"error": f"no such path {path!r}"})
 

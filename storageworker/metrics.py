@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
+from storageworker import status
 from storageworker.worker import Worker
 
 PREFIX = "logkeeper"
@@ -30,7 +31,7 @@ class WorkerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         worker = self.worker
         up = GaugeMetricFamily(f"{PREFIX}_worker_ready", "1 when every log is loaded and serving")
-        up.add_metric([], 1.0 if worker.state == "running" else 0.0)
+        up.add_metric([], 1.0 if worker.readiness()[0] else 0.0)
         yield up
         reloads = CounterMetricFamily(
             f"{PREFIX}_config_reloads", "Topic-set and settings reloads that took effect"
@@ -84,6 +85,7 @@ class WorkerCollector(Collector):
         if manager is None or cleaner is None:
             return
         yield from self._dirs(worker)
+        yield from self._open_files(worker)
         yield from self._logs(worker)
         window = GaugeMetricFamily(
             f"{PREFIX}_compaction_window_open",
@@ -160,6 +162,44 @@ class WorkerCollector(Collector):
             unclean_bytes.add_metric([directory], gauges.uncleanable_bytes.get(directory, 0))
         yield unclean_parts
         yield unclean_bytes
+
+    def _open_files(self, worker: Worker) -> Iterator[Metric]:
+        """The process's descriptors and the segment-file cache that bounds most of them
+        (storagecore.file_cache)."""
+        manager = worker.log_manager
+        assert manager is not None
+        stats = manager.file_cache.stats()
+        process = status.process_open_files()
+        if process is not None:
+            fds = GaugeMetricFamily(
+                f"{PREFIX}_open_files", "Descriptors the worker process holds (/proc/self/fd)"
+            )
+            fds.add_metric([], float(process))
+            yield fds
+        gauges = {
+            "max_open_files": (stats.max_open_files, "The bound of the segment-file cache"),
+            "open_files": (stats.open_files, "Segment files the cache holds open"),
+            "pinned_files": (stats.pinned_files, "Open segment files in use right now"),
+        }
+        for name, (value, text) in gauges.items():
+            gauge = GaugeMetricFamily(f"{PREFIX}_file_cache_{name}", text)
+            gauge.add_metric([], float(value))
+            yield gauge
+        counters = {
+            "hits": (stats.hits, "Uses of a segment file that found it open"),
+            "misses": (stats.misses, "Uses of a segment file that opened it"),
+            "evictions": (stats.evictions, "Idle segment files closed to make room"),
+            "sheds": (stats.sheds, "EMFILE, ENFILE or ENOMEM made the cache close idle files"),
+            "overflows": (stats.overflows, "Opens past the bound (every open file in use)"),
+            "resource_errors": (
+                stats.resource_errors,
+                "Opens that failed with EMFILE, ENFILE or ENOMEM even after shedding",
+            ),
+        }
+        for name, (value, text) in counters.items():
+            counter = CounterMetricFamily(f"{PREFIX}_file_cache_{name}", text)
+            counter.add_metric([], float(value))
+            yield counter
 
     def _dirs(self, worker: Worker) -> Iterator[Metric]:
         """Per data directory: online, and the filesystem's capacity and free bytes (one statvfs

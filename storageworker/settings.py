@@ -9,6 +9,7 @@ The file holds either a whole ``StorageVolume`` manifest (its ``spec`` is read a
       ioMaxBytesPerSecond: 10485760 # log.cleaner.io.max.bytes.per.second (default: no limit)
       backoffMs: 15000              # log.cleaner.backoff.ms
     retentionCheckIntervalMs: 300000  # log.retention.check.interval.ms
+    maxOpenFiles: 8192            # segment files open at once (default: half the soft limit)
     compactionWindows:
       timeZone: Europe/Paris
       windows: ["22:00-06:00"]
@@ -47,6 +48,7 @@ from storagecore.config import (
     check_dedupe_buffer_size,
 )
 from storagecore.errors import ConfigError
+from storagecore.file_cache import MAX_OPEN_FILES_MIN
 from storageworker.windows import CompactionWindows
 
 OPERATOR_ONLY_KEYS: Final = frozenset(
@@ -101,6 +103,11 @@ class WorkerSettings:
     whose names start with one of these (CreateTopics, CreatePartitions,
     IncrementalAlterConfigs, DeleteTopics; :mod:`storageworker.client_topics`). Empty (the
     default): off, every such call is refused with POLICY_VIOLATION. ``""`` allows any name."""
+    max_open_files: int | None = None
+    """``maxOpenFiles``: at most this many segment files open at once (the ``.log``,
+    ``.index`` and ``.timeindex`` of the active and recently used segments; the others are
+    opened on use: storagecore.file_cache); None: half the process's soft open-files limit,
+    at most 16,384. Client connections, checkpoints and the cleaner's mappings come on top."""
 
     def cleaner_config(self) -> CleanerConfig:
         return CleanerConfig(
@@ -131,6 +138,7 @@ _FIELDS: Final[dict[tuple[str | None, str], tuple[str, type, float]]] = {
     (None, "retentionCheckIntervalMs"): ("retention_check_interval_ms", int, 1),
     (None, "compactionLagLeadMs"): ("compaction_lag_lead_ms", int, 0),
     (None, "minFreeBytes"): ("min_free_bytes", int, 0),
+    (None, "maxOpenFiles"): ("max_open_files", int, MAX_OPEN_FILES_MIN),
     ("worker", "flushCheckIntervalMs"): ("flush_check_interval_ms", int, 1),
     ("worker", "checkpointIntervalMs"): ("checkpoint_interval_ms", int, 1),
     ("worker", "deleteCheckIntervalMs"): ("delete_check_interval_ms", int, 1),

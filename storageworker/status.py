@@ -10,13 +10,19 @@ numbers, booleans and None. No file is read here (disk usage is one statvfs per 
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+import os
 import shutil
+import urllib.parse
 from typing import Any
 
+from storagecore import files
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
 from storagecore.cleaner.offset_map import ENTRY_BYTES
 from storagecore.config import TopicPartition
+from storagecore.errors import ConfigError
 from storagecore.log import Log
 from storageworker.worker import ConfigStatus, Worker
 
@@ -117,7 +123,9 @@ def dedupe_buffer_status(requested_bytes: int, cleaner: LogCleaner) -> dict[str,
     }
 
 
-def volume_status(worker: Worker) -> dict[str, Any]:
+def volume_status(worker: Worker, query: StatusQuery | None = None) -> dict[str, Any]:
+    """The document; ``query`` (default: everything) asks for a summary or a page."""
+    query = StatusQuery() if query is None else query
     now = worker.clock.milliseconds()
     settings = worker.settings
     document: dict[str, Any] = {
@@ -140,6 +148,7 @@ def volume_status(worker: Worker) -> dict[str, Any]:
             "retentionCheckIntervalMs": settings.retention_check_interval_ms,
             "compactionWindows": settings.compaction_windows.describe(),
             "minFreeBytes": settings.min_free_bytes,
+            "maxOpenFiles": settings.max_open_files,
         },
         "compactionWindowOpen": settings.compaction_windows.is_open(now),
         "topics": sorted(worker.topics),
@@ -211,12 +220,139 @@ def volume_status(worker: Worker) -> dict[str, Any]:
     rounds = worker.external_rounds
     # Partition → the Spark compact job that holds it (storageworker.external_rounds).
     document["compactJobs"] = rounds.busy() if rounds is not None else {}
+    cache = manager.file_cache.stats()
+    document["openFiles"] = {
+        "maxOpenFiles": cache.max_open_files,
+        "opensAtLoad": manager.file_opens_at_load,
+        "cached": cache.open_files,
+        "process": process_open_files(),
+        "hits": cache.hits,
+        "misses": cache.misses,
+        "evictions": cache.evictions,
+        "sheds": cache.sheds,
+        "overflows": cache.overflows,
+        "resourceErrors": cache.resource_errors,
+    }
+    logs = sorted(manager.logs.items())
+    if query.topics:
+        wanted = set(query.topics)
+        logs = [(tp, log) for tp, log in logs if tp.topic in wanted]
+    document["retention"] = {
+        "deletedSegments": manager.retention_totals.segments_deleted,
+        "deletedBytes": manager.retention_totals.bytes_deleted,
+    }
+    if query.summary:
+        del document["partitions"]
+        document["partitionSummary"] = partition_summary(worker, [log for _, log in logs], now)
+        return document
     checkpoints = cleaner.manager.all_checkpoints()
+    page = logs
+    if query.limit is not None:
+        start = 0
+        if query.after is not None:
+            start = bisect.bisect_right([tp for tp, _ in logs], query.after)
+        page = logs[start : start + query.limit]
+        more = start + query.limit < len(logs)
+        document["page"] = {
+            "limit": query.limit,
+            "after": None if query.after is None else files.partition_dir_name(query.after),
+            "total": len(logs),
+            "nextAfter": files.partition_dir_name(page[-1][0]) if more and page else None,
+        }
     document["partitions"] = [
-        partition_status(worker, log, cleaner, now, checkpoints)
-        for _, log in sorted(manager.logs.items())
+        partition_status(worker, log, cleaner, now, checkpoints) for _, log in page
     ]
     # The Kafka port's transaction coordinator, when the worker serves one.
     report = worker.transactions_status
     document["transactions"] = report() if report is not None else None
     return document
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StatusQuery:
+    """What ``GET /v1/status`` was asked for (the query parameters; README, HTTP table)."""
+
+    summary: bool = False
+    """``view=summary``: counts and sums instead of the per-partition list."""
+    limit: int | None = None
+    """``limit=N``: at most N partitions (1..PAGE_LIMIT_MAX), in (topic, partition) order."""
+    after: TopicPartition | None = None
+    """``after=T-P``: the page starts after this partition (exclusive)."""
+    topics: tuple[str, ...] = ()
+    """``topic=NAME`` (repeatable): only these topics' partitions."""
+
+
+PAGE_LIMIT_MAX = 10_000
+
+
+def parse_query(query: str) -> StatusQuery:
+    """The query string of ``/v1/status``; ValueError names the bad parameter."""
+    params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=False)
+    unknown = set(params) - {"view", "limit", "after", "topic"}
+    if unknown:
+        raise ValueError(
+            f"unknown query parameter {sorted(unknown)[0]!r} (view, limit, after, topic)"
+        )
+    view = params.get("view", ["full"])[-1]
+    if view not in ("full", "summary"):
+        raise ValueError(f"view must be full or summary, got {view!r}")
+    limit: int | None = None
+    if "limit" in params:
+        raw = params["limit"][-1]
+        if not raw.isdigit() or not 1 <= int(raw) <= PAGE_LIMIT_MAX:
+            raise ValueError(f"limit must be an integer from 1 to {PAGE_LIMIT_MAX}, got {raw!r}")
+        limit = int(raw)
+    after: TopicPartition | None = None
+    if "after" in params:
+        raw = params["after"][-1]
+        if limit is None:
+            raise ValueError("after needs limit")
+        try:
+            after = files.parse_partition_dir_name(raw)
+        except ConfigError as exc:
+            raise ValueError(f"after: {exc}") from None
+    return StatusQuery(view == "summary", limit, after, tuple(params.get("topic", ())))
+
+
+def partition_summary(worker: Worker, logs: list[Log], now_ms: int) -> dict[str, Any]:
+    """Counts and sums over ``logs`` from memory only (no file read, no retention plan):
+    what a volume of thousands of partitions can answer at once."""
+    cleaner = worker.cleaner
+    assert cleaner is not None
+    by_state: dict[str, int] = {}
+    offline = uncleanable = paused_cleaning = paused_retention = 0
+    size_bytes = segments = 0
+    for log in logs:
+        tp = log.tp
+        state, _ = cleaner.manager.state(tp)
+        name = state.value if state is not None else "idle"
+        by_state[name] = by_state.get(name, 0) + 1
+        controls = worker.controls_for(tp.topic)
+        paused_cleaning += controls.pause_cleaning
+        paused_retention += controls.pause_retention
+        uncleanable += tp in cleaner.manager.uncleanable_marks
+        if log.offline:
+            offline += 1
+            continue
+        size_bytes += log.size_bytes
+        segments += len(log.segments)
+    return {
+        "count": len(logs),
+        "topics": len({log.tp.topic for log in logs}),
+        "offline": offline,
+        "uncleanable": uncleanable,
+        "pausedCleaning": paused_cleaning,
+        "pausedRetention": paused_retention,
+        "byCleanerState": dict(sorted(by_state.items())),
+        "sizeBytes": size_bytes,
+        "segments": segments,
+        "nowMs": now_ms,
+    }
+
+
+def process_open_files() -> int | None:
+    """Descriptors this process holds (``/proc/self/fd``; None where there is no /proc)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None

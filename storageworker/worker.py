@@ -34,6 +34,7 @@ from storagecore.cleaner.manager import CleaningState
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition, TopicSpec
 from storagecore.errors import ConfigError, StorageError
+from storagecore.file_cache import default_max_open_files
 from storagecore.log_manager import LogManager
 from storageworker.client_topics import CLIENT_TOPICS_FILE, ClientTopicStore
 from storageworker.controls import (
@@ -263,6 +264,9 @@ class Worker:
             self.scheduler.set_interval(name, interval)
         if self.log_manager is not None:
             self.log_manager.set_min_free_bytes(new.min_free_bytes)
+            self.log_manager.file_cache.set_max_open_files(
+                default_max_open_files() if new.max_open_files is None else new.max_open_files
+            )
         cleaner = self.cleaner
         if cleaner is not None:
             cleaner.lag_lead_ms = new.compaction_lag_lead_ms
@@ -274,6 +278,17 @@ class Worker:
                 # A setting the process cannot take (an unreadable token file) is reported;
                 # the rest of the new settings stay in force.
                 self._record_error(self.settings_status, f"applying the settings: {exc}")
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready (``/readyz`` 200) once every log is loaded, while running, and while no data
+        directory is offline: an offline directory's partitions cannot be served."""
+        if self.state != "running":
+            return False, self.state
+        manager = self.log_manager
+        offline = manager.offline_dirs if manager is not None else []
+        if offline:
+            return False, "offline data directories: " + ", ".join(str(p) for p in offline)
+        return True, self.state
 
     # -- start and stop ------------------------------------------------------------------------
     def _config_for(self, topic: str) -> LogConfig:
@@ -301,6 +316,7 @@ class Worker:
             config_for=self._config_for,
             clock=self.clock,
             min_free_bytes=self.settings.min_free_bytes,
+            max_open_files=self.settings.max_open_files,
         )
         self.log_manager = manager
         settings = self.settings

@@ -81,6 +81,8 @@ def break_disk(log: object) -> None:
     swapped for a read-only one (closing the real one outright would let the number be reused
     by another file and spread the fault)."""
     records = log.active_segment.log  # type: ignore[attr-defined]
-    read_only = os.open(records.path, os.O_RDONLY)
-    os.close(records._fd)
-    records._fd = read_only
+    # The number stays: a file cache keeps it open (the tests' caches never fill up).
+    with records.pinned() as fd:
+        read_only = os.open(records.path, os.O_RDONLY)
+        os.dup2(read_only, fd)
+        os.close(read_only)

@@ -291,6 +291,16 @@ def storage_volume_crd() -> dict[str, Any]:
                     "description": "The start of a topic name (Kafka's name characters).",
                 },
             },
+            "maxOpenFiles": {
+                "type": "integer",
+                "format": "int64",
+                "minimum": 16,
+                "description": "At most this many segment files (.log, .index, .timeindex) "
+                "open at once: the active and recently used segments stay open, the others "
+                "are opened on use (like RocksDB's max_open_files). Default: half the worker "
+                "process's soft open-files limit, at most 16384. Client connections and "
+                "checkpoints come on top.",
+            },
             "compactionWindows": {
                 "type": "object",
                 "description": "When the cleaner may start new work (default: always).",

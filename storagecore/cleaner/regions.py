@@ -60,7 +60,8 @@ class SegmentWalk:
         # dropped from this process's page tables.
         self._released = position - position % mmap.PAGESIZE
         if self.end > position:
-            mapping = mmap.mmap(self.file.fd, self.end, access=mmap.ACCESS_READ)
+            with self.file.pinned() as fd:
+                mapping = mmap.mmap(fd, self.end, access=mmap.ACCESS_READ)
             mapping.madvise(mmap.MADV_SEQUENTIAL)
             # Views of it may outlive the walk (a batch waiting in the cleaner's output):
             # the mapping is released when the last one goes.

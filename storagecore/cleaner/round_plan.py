@@ -18,7 +18,6 @@ copy in with :meth:`storagecore.log.Log.replace_segments`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,7 +129,7 @@ def plan_round(
         first_uncleanable_offset=upper,
         end_offset=end_offset,
         segments=tuple(
-            PlannedSegment(str(s.log.path), s.base_offset, s.size_bytes, os.fstat(s.log.fd).st_ino)
+            PlannedSegment(str(s.log.path), s.base_offset, s.size_bytes, s.log.inode())
             for s in segments
         ),
         groups=tuple(tuple(position[id(s)] for s in group) for group in groups),
@@ -155,7 +154,7 @@ def unchanged_groups(log: Log, plan: RoundPlan) -> list[list[LogSegment]] | None
                 segment is None
                 or str(segment.log.path) != planned.path
                 or segment.size_bytes != planned.size_bytes
-                or os.fstat(segment.log.fd).st_ino != planned.inode
+                or segment.log.inode() != planned.inode
             ):
                 return None
             current.append(segment)

@@ -9,6 +9,7 @@ declared size running past the end, is the end of the data (a torn tail); a decl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -18,6 +19,7 @@ from typing import Final, NamedTuple
 
 from storagecore import durability
 from storagecore.errors import CorruptRecordError
+from storagecore.file_cache import FileCache, Handle, OpenFile, open_handle
 from storagecore.records import layout, legacy, producer_walk
 from storagecore.records.batch import RecordBatch
 
@@ -107,36 +109,85 @@ class FileRegion:
 
 
 class FileRecords:
-    """One open ``.log`` file; ``size_bytes`` is its logical size (appends go there)."""
+    """One ``.log`` file; ``size_bytes`` is its logical size (appends go there).
 
-    def __init__(self, path: Path, *, create: bool = True, writable: bool = True) -> None:
+    Its descriptor is a :class:`~storagecore.file_cache.Handle`: opened once for the object's
+    life, or, given a :class:`~storagecore.file_cache.FileCache`, opened on use and closed by
+    the cache when idle (every system call below pins it for its duration)."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        create: bool = True,
+        writable: bool = True,
+        cache: FileCache | None = None,
+    ) -> None:
         # Read-only opens (writable=False: readers outside the owning process, such as the
         # Spark pipeline) never create, extend or truncate the file.
-        flags = (os.O_RDWR | (os.O_CREAT if create else 0)) if writable else os.O_RDONLY
+        flags = os.O_RDWR if writable else os.O_RDONLY
         self.path = path
-        self._fd = os.open(path, flags, 0o644)
-        self.size_bytes = os.fstat(self._fd).st_size
+        if cache is None:
+            self._handle: Handle = open_handle(path, flags, None, create=create and writable)
+            self.size_bytes = os.fstat(self._handle.fd).st_size
+            return
+        try:
+            self.size_bytes = os.stat(path).st_size
+            exists = True
+        except FileNotFoundError:
+            if not (create and writable):
+                raise
+            exists = False
+        self._handle = open_handle(path, flags, cache, create=not exists)
+        if not exists:
+            self.size_bytes = 0
 
     @property
     def fd(self) -> int:
-        return self._fd
+        """The descriptor of a file opened without a cache (with one: :meth:`pinned`)."""
+        assert isinstance(self._handle, OpenFile), f"{self.path}: cached, use pinned()"
+        return self._handle.fd
+
+    @property
+    def handle(self) -> Handle:
+        return self._handle
+
+    def pinned_fd(self) -> int:
+        """The descriptor of a file its caller pinned already (LogSegment.pin_files)."""
+        handle = self._handle
+        assert handle.fd >= 0 and (isinstance(handle, OpenFile) or handle.users > 0), handle
+        return handle.fd
+
+    def acquire(self) -> int:
+        """The open descriptor, pinned until :meth:`release` (the hot path's :meth:`pinned`)."""
+        return self._handle.acquire()
+
+    def release(self) -> None:
+        self._handle.release()
+
+    def pinned(self) -> contextlib.AbstractContextManager[int]:
+        """The open descriptor, kept open for the ``with`` block (a native call, an mmap)."""
+        return self._handle.pinned()
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the end; return the position it starts at."""
         position = self.size_bytes
         view = memoryview(data)
         offset = position
+        fd = self._handle.acquire()
         try:
             while view:
-                written = os.pwrite(self._fd, view, offset)
+                written = os.pwrite(fd, view, offset)
                 view = view[written:]
                 offset += written
         except OSError:
             # A short write (a full filesystem) leaves no partial batch behind: the file ends
             # at the last complete append again. Shrinking needs no space.
             if offset > position:
-                os.ftruncate(self._fd, position)
+                os.ftruncate(fd, position)
             raise
+        finally:
+            self._handle.release()
         self.size_bytes = offset
         return position
 
@@ -145,57 +196,76 @@ class FileRecords:
         size = max(0, min(size, self.size_bytes - position))
         if size == 0:
             return b""
-        data = os.pread(self._fd, size, position)
-        while len(data) < size:  # pread may return short on some filesystems
-            more = os.pread(self._fd, size - len(data), position + len(data))
-            if not more:
-                break
-            data += more
+        fd = self._handle.acquire()
+        try:
+            data = os.pread(fd, size, position)
+            while len(data) < size:  # pread may return short on some filesystems
+                more = os.pread(fd, size - len(data), position + len(data))
+                if not more:
+                    break
+                data += more
+        finally:
+            self._handle.release()
         return data
 
     def region(self, position: int, size: int) -> FileRegion:
         """``read(position, size)`` as a :class:`FileRegion` (no bytes copied here)."""
         size = max(0, min(size, self.size_bytes - position))
-        return FileRegion(self._fd, position, size)
+        with self._handle.pinned() as fd:
+            return FileRegion(fd, position, size)
 
     def flush(self) -> None:
-        durability.fsync_fd(self._fd)
+        with self._handle.pinned() as fd:
+            durability.fsync_fd(fd)
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to ``size`` bytes; return the number of bytes removed."""
         if size > self.size_bytes or size < 0:
             raise AssertionError(f"truncate {self.path} to {size} outside [0, {self.size_bytes}]")
         removed = self.size_bytes - size
-        os.ftruncate(self._fd, size)
+        with self._handle.pinned() as fd:
+            os.ftruncate(fd, size)
         self.size_bytes = size
         return removed
 
     def close(self) -> None:
         """Close the descriptor; best effort, because a failing disk may refuse even that."""
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            try:
-                os.close(fd)
-            except OSError as exc:
-                logger.warning("Closing %s failed: %s", self.path, exc)
+        self._handle.close()
 
     @property
     def closed(self) -> bool:
-        return self._fd < 0
+        return self._handle.closed
 
     def rename_to(self, target: Path) -> None:
         durability.rename(self.path, target)
         self.path = target
+        self._handle.path = target
 
     def mtime_ms(self) -> int:
         return int(os.stat(self.path).st_mtime * 1000)
+
+    def inode(self) -> int:
+        """The inode of the open file (not of whatever the path names now)."""
+        with self._handle.pinned() as fd:
+            return os.fstat(fd).st_ino
+
+    def use_cache(self, cache: FileCache) -> None:
+        """Open through ``cache`` from now on (a segment written outside the cache, such as
+        the cleaner's, joining a log that uses one)."""
+        if isinstance(self._handle, OpenFile) and not self._handle.closed:
+            self._handle.close()
+            self._handle = cache.file(self.path, os.O_RDWR)
 
     # -- scans ---------------------------------------------------------------------------------
     def header_at(self, position: int) -> BatchHeader | None:
         """The header of a complete, plausibly framed batch at ``position``, else None."""
         if self.size_bytes - position < legacy.ENTRY_HEADER.size:
             return None
-        data = os.pread(self._fd, layout.RECORD_BATCH_OVERHEAD, position)
+        fd = self._handle.acquire()
+        try:
+            data = os.pread(fd, layout.RECORD_BATCH_OVERHEAD, position)
+        finally:
+            self._handle.release()
         if len(data) < layout.RECORD_BATCH_OVERHEAD and data[layout.MAGIC_OFFSET] not in (
             _LEGACY_MAGICS
         ):
@@ -246,7 +316,8 @@ class FileRecords:
         if walk_file is not None:
             # One native call that reads only the headers of large batches (a chunked read
             # would copy every record of the log to look at its headers).
-            consumed, _next, found, headers, problem, value = walk_file(self._fd, start, end)
+            with self._handle.pinned() as fd:
+                consumed, _next, found, headers, problem, value = walk_file(fd, start, end)
             for index, (position,) in enumerate(_POSITION.iter_unpack(found)):
                 yield self._producer_batch(headers, index * layout.RECORD_BATCH_OVERHEAD, position)
             self._raise_walk_problem(problem, consumed, value)

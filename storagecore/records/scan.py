@@ -39,7 +39,8 @@ ValidateUncompressed = Callable[
 #:  index entries written) or None; see storagecore/records/_native.c.
 AppendUncompressed = Callable[
     [bytes | bytearray | memoryview, int, int, int, int, bool, bool, bool, int, int, int, int,
-     int, int, mmap | None, int, mmap | None, int, int, int, int, int, int],
+     int, int, bytearray | mmap | None, int, bytearray | mmap | None, int, int, int, int, int,
+     int],
     tuple[int, int, int, int, int, int, bytearray | None, int] | None,
 ]  # fmt: skip
 

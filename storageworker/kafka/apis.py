@@ -59,6 +59,7 @@ from storagecore.errors import (
     OutOfOrderSequenceError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
+    ResourceExhaustedError,
     StorageError,
     UnknownTopicOrPartitionError,
 )
@@ -198,7 +199,9 @@ def error_for(exc: Exception) -> ErrorCode | int:
         return ErrorCode.OFFSET_OUT_OF_RANGE
     if isinstance(exc, UnknownTopicOrPartitionError):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(exc, LogDirOfflineError | LogDirFullError):
+    if isinstance(exc, LogDirOfflineError | LogDirFullError | ResourceExhaustedError):
+        # Retriable for Kafka's clients (KafkaStorageException): an idempotent producer
+        # retries with its sequence, so a resource error costs a retry, never a fatal error.
         return ErrorCode.KAFKA_STORAGE_ERROR
     return ErrorCode.UNKNOWN_SERVER_ERROR
 

@@ -127,15 +127,17 @@ def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
             monkeypatch.setattr(segment.offset_index, "_reserved", 0)
             monkeypatch.setattr(os, "posix_fallocate", no_blocks)
         else:  # the native append's pwritev, on a descriptor that now leads to /dev/full
-            saved_fd = os.dup(segment.log.fd)
+            log_fd = segment.log.acquire()  # pinned: the file cache keeps this descriptor
+            saved_fd = os.dup(log_fd)
             full = os.open("/dev/full", os.O_WRONLY)
-            os.dup2(full, segment.log.fd)
+            os.dup2(full, log_fd)
             os.close(full)
         with pytest.raises(LogDirFullError, match="nothing was written"):
             log.append(records(5, 10))
         if saved_fd >= 0:
-            os.dup2(saved_fd, segment.log.fd)
+            os.dup2(saved_fd, log_fd)
             os.close(saved_fd)
+            segment.log.release()
         assert not log.offline and tmp_path.resolve() in manager.online_dirs
         assert segment.log.path.stat().st_size == size == segment.size_bytes
         assert log.log_end_offset == end

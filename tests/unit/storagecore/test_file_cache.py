@@ -1,0 +1,200 @@
+"""The bounded cache of open segment files: LRU eviction, pins, the lazy indexes behind it,
+and resource errors (EMFILE, ENFILE, ENOMEM) that fail one request and never a directory."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from storagecore import LogConfig, LogManager, ManualClock, TopicPartition
+from storagecore import file_cache as file_cache_module
+from storagecore.errors import ResourceExhaustedError
+from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
+from storagecore.records.batch import iter_complete_batches
+from storagecore.records.file_records import FileRecords
+from tests.conftest import START_MS, batch
+
+SMALL_SEGMENTS = LogConfig(segment_bytes=400, index_interval_bytes=1)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def offsets_of(data: bytes) -> list[int]:
+    return [r.offset for _, b in iter_complete_batches(data) for r in b.records()]
+
+
+def test_the_cache_never_holds_more_than_its_bound(tmp_path: Path) -> None:
+    cache = FileCache(16)
+    paths = [tmp_path / f"{n:04d}.log" for n in range(40)]
+    for n, path in enumerate(paths):
+        path.write_bytes(n.to_bytes(4, "big") * 8)
+    before = open_fds()
+    opened = [FileRecords(path, cache=cache) for path in paths]
+    assert cache.stats().open_files == 0, "existing files are opened on use only"
+    for _ in range(3):
+        for n, records in enumerate(opened):
+            assert records.read(4, 4) == n.to_bytes(4, "big")
+            stats = cache.stats()
+            assert stats.open_files <= 16
+            assert open_fds() - before <= 16
+    stats = cache.stats()
+    assert stats.evictions >= 40 * 3 - 16 and stats.misses == 40 * 3 and stats.overflows == 0
+    assert opened[-1].read(0, 4) == (39).to_bytes(4, "big")
+    assert cache.stats().hits == stats.hits + 1, "the most recent file stays open"
+    for records in opened:
+        records.close()
+    assert cache.stats().open_files == 0 and open_fds() == before
+
+
+def test_a_pinned_file_is_never_closed_and_the_cache_overflows_rather_than_wait(
+    tmp_path: Path,
+) -> None:
+    cache = FileCache(16)
+    files = [FileRecords(tmp_path / f"{n}.log", cache=cache) for n in range(20)]
+    pinned = [f.acquire() for f in files[:16]]
+    extra = files[16].acquire()
+    assert cache.stats().overflows == 1 and cache.stats().open_files == 17
+    for fd in [*pinned, extra]:
+        os.fstat(fd)  # still open: nothing pinned was closed
+    for f in files[:17]:
+        f.release()
+    with files[17].pinned():
+        pass
+    assert cache.stats().open_files <= 16, "the next open evicts the idle ones again"
+
+
+def test_the_default_bound_leaves_half_of_the_soft_limit() -> None:
+    assert default_max_open_files(4096) == 2048
+    assert default_max_open_files(1 << 20) == 16_384
+    assert default_max_open_files(20) == 16
+    with pytest.raises(ValueError, match="at least 16"):
+        FileCache(8)
+
+
+def test_logs_with_many_segments_read_right_through_a_small_cache(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    before = open_fds()
+    with LogManager(
+        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
+    ) as manager:
+        logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(6)]
+        for n in range(30):
+            for log in logs:
+                log.append(batch(2, start_ms=START_MS + n))
+        assert all(len(log.segments) > 5 for log in logs)
+        cache = manager.file_cache
+        assert open_fds() - before <= 16 + 8  # the cache, the dirs' locks and checkpoints
+        for log in logs:
+            assert [r.offset for r in log.records()] == list(range(60))
+            for offset in range(0, 60, 7):  # index lookups of evicted, reloaded indexes
+                assert offsets_of(log.read(offset, 1).records)[0] <= offset
+            # Batch n holds offsets 2n, 2n+1 at START_MS + n, + n + 1.
+            found = log.offset_for_timestamp(START_MS + 17)
+            assert found is not None and found.offset == 33
+        assert cache.stats().open_files <= 16 and cache.stats().evictions > 0
+    assert open_fds() == before
+
+
+def test_a_clean_load_opens_only_the_active_segments(tmp_path: Path, clock: ManualClock) -> None:
+    with LogManager([tmp_path], default_config=SMALL_SEGMENTS, clock=clock) as manager:
+        for p in range(4):
+            log = manager.get_or_create_log(TopicPartition("t", p))
+            for n in range(20):
+                log.append(batch(2, start_ms=START_MS + n))
+        segments = sum(len(log.segments) for log in manager.logs.values())
+    with LogManager([tmp_path], default_config=SMALL_SEGMENTS, clock=clock) as manager:
+        # The active segment of each log: its log end offset and preallocated indexes.
+        assert manager.file_cache.stats().misses <= 3 * 4 < segments
+        log = manager.get_log(TopicPartition("t", 2))
+        assert [r.offset for r in log.records()] == list(range(40))
+
+
+def test_emfile_sheds_the_cache_and_the_open_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = FileCache(16)
+    files = [FileRecords(tmp_path / f"{n}.log", cache=cache) for n in range(10)]
+    for f in files:
+        f.read(0, 1)
+    real_open = file_cache_module.open_fd
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    def open_once_failing(path: Path, flags: int) -> int:
+        if failures:
+            raise failures.pop()
+        return real_open(path, flags)
+
+    monkeypatch.setattr(file_cache_module, "open_fd", open_once_failing)
+    files[0].close()
+    late = FileRecords(tmp_path / "late.log", cache=cache)
+    late.read(0, 1)
+    assert not late.closed
+    stats = cache.stats()
+    assert stats.sheds == 1 and stats.evictions >= 4 and stats.resource_errors == 0
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOMEM])
+def test_resource_errors_fail_the_request_only_and_never_the_dir(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    assert is_resource_exhausted(OSError(code, os.strerror(code)))
+    with LogManager(
+        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
+    ) as manager:
+        logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(8)]
+        for n in range(10):
+            for log in logs:
+                log.append(batch(2, start_ms=START_MS + n))
+        real_open = file_cache_module.open_fd
+
+        def exhausted(*_args: object) -> int:
+            raise OSError(code, os.strerror(code))
+
+        monkeypatch.setattr(file_cache_module, "open_fd", exhausted)
+        # Segment 0 of every log was evicted long ago: reading it needs an open.
+        with pytest.raises(ResourceExhaustedError, match="stays online"):
+            logs[0].read(0, 1 << 20)
+        real_os_open = os.open
+        monkeypatch.setattr(os, "open", exhausted)
+        manager.checkpoint_recovery_points_and_log_start_offsets()  # logged, retried later
+        monkeypatch.setattr(os, "open", real_os_open)
+        assert not any(log.offline for log in logs)
+        assert manager.offline_dirs == [] and manager.dir_error(tmp_path.resolve()) is None
+        assert manager.file_cache.stats().resource_errors >= 1
+        monkeypatch.setattr(file_cache_module, "open_fd", real_open)
+        assert [r.offset for r in logs[0].records()] == list(range(20))
+        info = logs[0].append(batch(2, start_ms=START_MS + 99))
+        assert info.first_offset == 20
+
+
+def test_an_append_retried_after_a_resource_error_is_written_once(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with LogManager(
+        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
+    ) as manager:
+        logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(8)]
+        for n in range(10):
+            for log in logs:
+                log.append(batch(2, start_ms=START_MS + n))
+        real_open = file_cache_module.open_fd
+        # Two failures: the cache's own retry fails too, the Log sheds and appends again.
+        failures = [OSError(errno.EMFILE, "Too many open files")] * 2
+
+        def open_failing(path: Path, flags: int) -> int:
+            if failures:
+                raise failures.pop()
+            return real_open(path, flags)
+
+        manager.file_cache.set_max_open_files(16)
+        manager.file_cache.shed(1.0)  # the active segment of log 0 must be opened again
+        monkeypatch.setattr(file_cache_module, "open_fd", open_failing)
+        info = logs[0].append(batch(2, start_ms=START_MS + 50))
+        assert info.first_offset == 20 and not failures
+        assert [r.offset for r in logs[0].records()] == list(range(22))
