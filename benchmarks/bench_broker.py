@@ -1,9 +1,12 @@
 """The worker beside Apache Kafka's broker: the same clients against both, in one run.
 
     .venv/bin/python benchmarks/bench_broker.py [--mib 64] [--rounds 1] [--only worker|broker]
+        [--librdkafka system|confluent]
 
 Starts the real broker (KRaft, single node, :class:`tests.kafka_support.broker.KafkaBroker`,
-Kafka 4.3.1 from ``tests/kafka_support/pom.xml``) and ``logkeeper serve`` on loopback, each over
+Kafka 4.3.1 from ``tests/kafka_support/pom.xml``, with the JVM options of Kafka's own
+``kafka-server-start.sh``: 1 GiB heap, G1, full JIT; until 2026-11-25 it ran with the tests'
+options, which stop the JIT at C1) and ``logkeeper serve`` on loopback, each over
 its own temporary directory, each with the same topics (one partition, no retention, 1 GiB
 segments). Then, for each client below, the broker and the worker in turn (alternating, so
 that the machine's other load falls on both alike):
@@ -12,14 +15,20 @@ that the machine's other load falls on both alike):
   linger.ms 5, no compression) through Kafka's own ``ProducerPerformance``
   (kafka-producer-perf-test.sh), 1 KiB random values; its own MB/s figure. Then Kafka's Java
   consumer with its defaults (``ConsumerPerformance``, kafka-consumer-perf-test.sh: subscribe
-  in a group, fetch to the end) reads them back: its MB/s.
+  in a group, fetch to the end) reads them back: its MB/s over the whole run
+  (``consume``) and over its fetch time (``consume fetch``: without the group join, which
+  takes 0.7-2 s of a 3 s run on a loaded machine, against either target).
 * ``kcat 100B`` and ``kcat 1KiB``: librdkafka (kcat, C) with its defaults (acks=all, linger.ms
   5, 1 MiB batches, no compression) produces values from a file, one per line, then kcat
-  reads them back to the end; wall time of the kcat process, values only.
+  reads them back to the end: MB/s of values over the kcat process's wall time
+  (``consume``) and from its first output to its end (``consume stream``; see
+  :func:`kcat_consume` for the client's start, which the worker can make slower by being fast).
 
 Printed: MB/s of values (10^6 bytes) per client and target, and worker / broker: issue 18's
-target is >= 0.80 for each. The machine is shared (2 cores, other engineers' tests): figures
-are noisy, and only the ratios of one run mean anything; ``--rounds`` repeats and prints each.
+target is >= 0.80 for each; then the start figures (the Java consumer's group join, kcat's
+time to its first value) in ms. The machine is shared (2 cores, other engineers' tests):
+figures are noisy, and only the ratios of one run mean anything; ``--rounds`` repeats and
+prints each.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.kafka_support import maven
-from tests.kafka_support.broker import KafkaBroker
+from tests.kafka_support.broker import PRODUCTION_JAVA_OPTIONS, KafkaBroker
 
 JAVA_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC")
 TOPICS = ("java-1k", "kcat-100", "kcat-1k")
@@ -110,9 +119,12 @@ def java_produce(jars: str, address: str, topic: str, count: int, size: int) -> 
     return float(found[-1][1]) * size / 1e6
 
 
-def java_consume(jars: str, address: str, topic: str, count: int, group: str) -> float:
-    """ConsumerPerformance (a group member, the consumer's defaults) to ``count`` records;
-    MB/s of values."""
+def java_consume(
+    jars: str, address: str, topic: str, count: int, group: str
+) -> tuple[float, float, float]:
+    """ConsumerPerformance (a group member, the consumer's defaults) to ``count`` records:
+    MB/s of values over its whole run, MB/s of its fetch time (the run without the group join,
+    its own ``fetch.MB.sec``), and the join in ms."""
     out = maven.run(
         [
             "java", *JAVA_OPTIONS, "-cp", jars, "org.apache.kafka.tools.ConsumerPerformance",
@@ -123,12 +135,20 @@ def java_consume(jars: str, address: str, topic: str, count: int, group: str) ->
         timeout_s=900,
     )  # fmt: skip
     # A CSV header then one row: start.time, end.time, data.consumed.in.MB, MB.sec,
-    # data.consumed.in.nMsg, nMsg.sec, ...; MB = 2^20 bytes of values.
+    # data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, ...;
+    # MB = 2^20 bytes of values. MB.sec counts the whole run, the group join included (the
+    # consumer's first metadata, FindCoordinator, JoinGroup twice, SyncGroup: on a loaded
+    # machine 0.7-2 s of a 3 s run, on both targets); fetch.MB.sec leaves the join out.
     lines = [line for line in out.splitlines() if line.strip()]
     header = [h.strip() for h in lines[-2].split(",")]
     row = dict(zip(header, (v.strip() for v in lines[-1].split(",")), strict=False))
     assert int(row["data.consumed.in.nMsg"]) >= count, out[-2000:]
-    return float(row["MB.sec"]) * (1 << 20) / 1e6
+    to_mb = (1 << 20) / 1e6
+    return (
+        float(row["MB.sec"]) * to_mb,
+        float(row["fetch.MB.sec"]) * to_mb,
+        float(row["rebalance.time.ms"]),
+    )
 
 
 def kcat_values(root: Path, count: int, size: int) -> Path:
@@ -144,23 +164,72 @@ def kcat_values(root: Path, count: int, size: int) -> Path:
     return path
 
 
-def kcat_produce(address: str, topic: str, values: Path, megabytes: float) -> float:
+def kcat_environment(root: Path, librdkafka: str) -> dict[str, str]:
+    """The environment kcat runs in: ``system`` links the system's librdkafka (Debian's
+    2.0.2 here); ``confluent`` the newer one that the confluent-kafka wheel bundles (2.16
+    here, ABI-compatible: same soname), through ``LD_LIBRARY_PATH``."""
+    env = dict(os.environ)
+    if librdkafka == "confluent":
+        import confluent_kafka  # the dev extra's client; its wheel carries librdkafka
+
+        bundled = sorted(Path(confluent_kafka.__file__).parent.parent.glob(
+            "confluent_kafka.libs/librdkafka*.so*"
+        ))  # fmt: skip
+        if not bundled:
+            raise SystemExit("--librdkafka confluent: the confluent-kafka wheel has no librdkafka")
+        libs = root / "librdkafka"
+        libs.mkdir()
+        (libs / "librdkafka.so.1").symlink_to(bundled[0])
+        env["LD_LIBRARY_PATH"] = str(libs)
+    version = subprocess.run(["kcat", "-V"], env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"librdkafka (\S+)", version.stdout + version.stderr)
+    print(f"kcat with librdkafka {found.group(1) if found else '(version unknown)'}", flush=True)
+    return env
+
+
+def kcat_produce(
+    address: str, topic: str, values: Path, megabytes: float, env: dict[str, str]
+) -> float:
     command = ["kcat", "-P", "-b", address, "-t", topic, "-p", "0", "-l", str(values)]
     started = time.perf_counter()
-    subprocess.run(command, check=True, timeout=900)
+    subprocess.run(command, check=True, timeout=900, env=env)
     return megabytes / (time.perf_counter() - started)
 
 
-def kcat_consume(address: str, topic: str, count: int, megabytes: float) -> float:
+def kcat_consume(
+    address: str, topic: str, count: int, megabytes: float, env: dict[str, str]
+) -> tuple[float, float, float]:
+    """kcat reading ``count`` values: MB/s of values over the process's whole run, MB/s from
+    its first output to its end (the stream, without the client's start), and the ms to its
+    first output.
+
+    The start is set apart because librdkafka 2.0.2 (Debian's kcat) sometimes sleeps its
+    500 ms broker-thread wait before its first ListOffsets: when both answers to the two
+    Metadata requests it sends at start have arrived before the partition joins its broker
+    thread (seen with ``-d protocol,fetch,broker``: a 501 ms gap between "Broker changed state
+    UPDATE -> UP" and "Sent ListOffsetsRequest", nothing sent or received in between). A
+    server that answers Metadata in 0.2 ms (the worker) meets that race more often than one
+    that takes 1-2 ms (the broker): of 100 starts of ``kcat -C -c 1`` against each, in one run
+    on a loaded machine, 18 took over 300 ms (550-620 ms) against the worker, 7 against the
+    broker. With librdkafka 2.16 (``--librdkafka confluent``) 0 of 60 against the worker and 2
+    of 60 against the broker took over 300 ms. Both figures are printed."""
     command = ["kcat", "-C", "-b", address, "-t", topic, "-p", "0", "-o", "beginning"]
     command += ["-c", str(count), "-e", "-q", "-f", "%s\n"]
     started = time.perf_counter()
-    done = subprocess.run(command, check=True, timeout=900, stdout=subprocess.PIPE)
-    elapsed = time.perf_counter() - started
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env)
+    assert process.stdout is not None
+    chunks = [process.stdout.read1(1 << 20)]
+    first = time.perf_counter()
+    while chunk := process.stdout.read1(1 << 20):
+        chunks.append(chunk)
+    ended = time.perf_counter()
+    assert process.wait(900) == 0, f"kcat -C failed on {topic} at {address}"
     # -e: stop at the partition's end, so that a short topic fails here instead of hanging.
-    got = done.stdout.count(b"\n")
+    output = b"".join(chunks)
+    got = output.count(b"\n")
     assert got == count, f"kcat read {got} of {count} records of {topic} from {address}"
-    return megabytes / elapsed
+    streamed = megabytes * (len(output) - len(chunks[0])) / len(output)
+    return megabytes / (ended - started), streamed / (ended - first), (first - started) * 1e3
 
 
 def note(text: str) -> None:
@@ -169,10 +238,17 @@ def note(text: str) -> None:
 
 
 def one_round(
-    jars: str, targets: dict[str, str], root: Path, mib: int, round_: int
-) -> dict[tuple[str, str], float]:
-    """MB/s per (measure, target name)."""
+    jars: str,
+    targets: dict[str, str],
+    root: Path,
+    mib: int,
+    round_: int,
+    *,
+    kcat_env: dict[str, str],
+) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """MB/s per (measure, target name), and ms per (start measure, target name)."""
     figures: dict[tuple[str, str], float] = {}
+    starts: dict[tuple[str, str], float] = {}
     count = mib * (1 << 20) // 1024
     topic = f"{TOPICS[0]}"
     for name, address in targets.items():
@@ -180,22 +256,28 @@ def one_round(
         figures["java 1KiB produce", name] = java_produce(jars, address, topic, count, 1024)
     for name, address in targets.items():
         note(f"java consume <- {name}")
-        figures["java 1KiB consume", name] = java_consume(
-            jars, address, topic, count, f"bench-{round_}"
-        )
+        whole, fetching, join_ms = java_consume(jars, address, topic, count, f"bench-{round_}")
+        figures["java 1KiB consume", name] = whole
+        figures["java 1KiB consume fetch", name] = fetching
+        starts["java 1KiB consume group join", name] = join_ms
     for size, topic in ((100, TOPICS[1]), (1024, TOPICS[2])):
         count = mib * (1 << 20) // size
         megabytes = count * size / 1e6
         values = kcat_values(root, count, size)
         for name, address in targets.items():
             note(f"kcat {size}B produce -> {name}")
-            figures[f"kcat {size}B produce", name] = kcat_produce(address, topic, values, megabytes)
+            figures[f"kcat {size}B produce", name] = kcat_produce(
+                address, topic, values, megabytes, kcat_env
+            )
         for name, address in targets.items():
             # Round n reads the records of rounds 1..n: only this round's count is timed.
             note(f"kcat {size}B consume <- {name}")
-            figures[f"kcat {size}B consume", name] = kcat_consume(address, topic, count, megabytes)
+            whole, streamed, first_ms = kcat_consume(address, topic, count, megabytes, kcat_env)
+            figures[f"kcat {size}B consume", name] = whole
+            figures[f"kcat {size}B consume stream", name] = streamed
+            starts[f"kcat {size}B consume first value", name] = first_ms
         values.unlink()
-    return figures
+    return figures, starts
 
 
 def main() -> None:
@@ -203,6 +285,12 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=64, help="MiB of values per client")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--only", choices=("worker", "broker"), help="one target (profiling)")
+    parser.add_argument(
+        "--librdkafka",
+        choices=("system", "confluent"),
+        default="system",
+        help="kcat's librdkafka: the system's, or the confluent-kafka wheel's (newer)",
+    )
     args = parser.parse_args()
     # SIGTERM (a timeout's) runs the finally below: no broker JVM or worker left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -211,7 +299,9 @@ def main() -> None:
         prefix="bench-broker-", dir=os.environ.get("BENCH_DIR")
     ) as tmp:
         root = Path(tmp)
-        broker = KafkaBroker(root / "broker")
+        kcat_env = kcat_environment(root, args.librdkafka)
+        # Kafka's own start script's JVM options, not the tests' (which stop the JIT at C1).
+        broker = KafkaBroker(root / "broker", java_options=PRODUCTION_JAVA_OPTIONS)
         worker: subprocess.Popen[bytes] | None = None
         targets: dict[str, str] = {}
         try:
@@ -223,17 +313,25 @@ def main() -> None:
                 worker, targets["worker"] = start_worker(root / "worker")
                 print(f"worker pid {worker.pid} on {targets['worker']}", flush=True)
             for round_ in range(1, args.rounds + 1):
-                figures = one_round(jars, targets, root, args.mib, round_)
+                figures, starts = one_round(
+                    jars, targets, root, args.mib, round_, kcat_env=kcat_env
+                )
                 print(f"round {round_} ({args.mib} MiB of values per client), MB/s:")
                 for measure in dict.fromkeys(m for m, _ in figures):
                     broker_mb = figures.get((measure, "broker"))
                     worker_mb = figures.get((measure, "worker"))
-                    line = f"  {measure:<20}"
+                    line = f"  {measure:<26}"
                     line += f" broker {broker_mb:8.1f}" if broker_mb else ""
                     line += f" worker {worker_mb:8.1f}" if worker_mb else ""
                     if broker_mb and worker_mb:
                         line += f"  worker/broker {worker_mb / broker_mb:5.2f}"
                         line += "" if worker_mb / broker_mb >= 0.8 else "  (below 0.80)"
+                    print(line, flush=True)
+                print("  start, ms:")
+                for measure in dict.fromkeys(m for m, _ in starts):
+                    line = f"  {measure:<34}"
+                    for name in targets:
+                        line += f" {name} {starts[measure, name]:7.0f}"
                     print(line, flush=True)
         finally:
             if worker is not None:

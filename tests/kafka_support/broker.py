@@ -28,6 +28,14 @@ from tests.kafka_support.raw_client import RawClient
 
 #: The JVM of the broker: small heap, quick start (it serves tests, not load).
 JAVA_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+#: The JVM options of Kafka's own ``kafka-server-start.sh`` (KAFKA_HEAP_OPTS and
+#: KAFKA_JVM_PERFORMANCE_OPTS of ``kafka-run-class.sh``): the broker as it runs in production,
+#: for benchmarks (the test options above stop the JIT at C1, which a benchmark must not).
+PRODUCTION_JAVA_OPTIONS = (
+    "-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true",
+)  # fmt: skip
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 
@@ -57,8 +65,14 @@ class KafkaBroker:
 
     node_id = 1
 
-    def __init__(self, root: Path, extra: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        extra: dict[str, str] | None = None,
+        java_options: tuple[str, ...] = JAVA_OPTIONS,
+    ) -> None:
         self.root = root
+        self.java_options = java_options
         #: Settings added to (or replacing) those of :meth:`properties`.
         self.extra = dict(extra or {})
         self.port = free_port()
@@ -132,7 +146,7 @@ class KafkaBroker:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed by stop)
         self.process = subprocess.Popen(
             [
-                "java", *JAVA_OPTIONS, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "java", *self.java_options, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                 "-cp", jars, "kafka.Kafka", str(config),
             ],
             stdout=self._log,
