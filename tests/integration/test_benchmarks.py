@@ -136,9 +136,17 @@ def test_bench_broker_tiny(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    for measure in ("java 1KiB produce", "java 1KiB consume", "kcat 100B consume"):
-        assert f"  {measure:<20} broker" in result.stdout, result.stdout
-    assert result.stdout.count("worker/broker") == 6, result.stdout
+    for measure in (
+        "java 1KiB produce",
+        "java 1KiB consume",
+        "java 1KiB consume fetch",
+        "kcat 100B consume",
+        "kcat 100B consume stream",
+    ):
+        assert f"  {measure:<26} broker" in result.stdout, result.stdout
+    assert result.stdout.count("worker/broker") == 9, result.stdout
+    for start in ("java 1KiB consume group join", "kcat 1024B consume first value"):
+        assert f"  {start:<34} broker" in result.stdout, result.stdout
     assert not list(tmp_path.iterdir()), "the benchmark left files behind"
 
 
