@@ -276,6 +276,13 @@ class SkimpyOffsetMap:
         result = self._native.put_keys(
             self._probed, self.slots, self.size, self.capacity, self.secret, batch, payload, start
         )
+        return self._took_puts(result)
+
+    def _took_puts(
+        self, result: tuple[int, int, int, int, bool, int, int] | None
+    ) -> tuple[int, bool] | None:
+        """A native put pass's result taken into this map: (bytes walked, map full), or None
+        when the native pass declined (the caller falls back to the Python path)."""
         if result is None:
             return None
         size, puts, last_put, walked, full, lookups, probes = result
@@ -331,15 +338,7 @@ class SkimpyOffsetMap:
             self._probed, self.slots, self.size, self.capacity, self.secret, data,
             wrapper_magic, wrapper_offset, start,
         )  # fmt: skip
-        if result is None:
-            return None
-        size, puts, last_put, walked, full, lookups, probes = result
-        self.size = size
-        if puts:
-            self.latest_offset = last_put
-        self.lookups += lookups
-        self.probes += probes
-        return walked, full
+        return self._took_puts(result)
 
     def filter_legacy_records(
         self,

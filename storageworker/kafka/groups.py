@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,10 +43,10 @@ from storageworker.kafka.classic_group import Group, Member
 from storageworker.kafka.offset_records import (
     OFFSETS_TOPIC,
     CommittedOffset,
+    batch_offset_commits,
     offset_key,
     offset_value,
     offsets_partition,
-    parse_offset_record,
 )
 from storageworker.kafka.txn_offsets import PendingTxnOffsets
 
@@ -117,22 +116,7 @@ class GroupCoordinator:
             if batch.is_transactional:
                 applied += self.txn_offsets.load_batch(batch, tp, self.offsets)
                 continue
-            for record in batch.records():
-                if record.key is None:
-                    continue
-                try:
-                    parsed = parse_offset_record(record.key, record.value)
-                except (ValueError, struct.error, UnicodeDecodeError) as exc:
-                    logger.warning(
-                        "%s offset %d: not an offset commit record, skipped: %s",
-                        tp,
-                        record.offset,
-                        exc,
-                    )
-                    continue
-                if parsed is None:
-                    continue
-                (group, topic, partition), committed = parsed
+            for group, topic, partition, committed in batch_offset_commits(batch, tp):
                 group_offsets = self.offsets.setdefault(group, {})
                 if committed is None:
                     group_offsets.pop((topic, partition), None)

@@ -8,8 +8,16 @@ Group metadata records (key v2) are not written: membership is not persisted.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import struct
-from typing import Final
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from storagecore.config import TopicPartition
+    from storagecore.records.batch import RecordBatch
+
+logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 
@@ -100,3 +108,24 @@ def parse_offset_record(
     metadata = cursor.string()
     commit_ms = cursor.take(_I64)
     return ident, CommittedOffset(offset, epoch, metadata, commit_ms)
+
+
+def batch_offset_commits(
+    batch: RecordBatch, tp: TopicPartition
+) -> Iterator[tuple[str, str, int, CommittedOffset | None]]:
+    """The offset commits (group, topic, partition, offset; None for a tombstone) of a batch of
+    ``__consumer_offsets`` partition ``tp``; a record that is not an offset commit (a group's
+    metadata, or one that does not parse: logged with its offset) is skipped."""
+    for record in batch.records():
+        if record.key is None:
+            continue
+        try:
+            parsed = parse_offset_record(record.key, record.value)
+        except (ValueError, struct.error, UnicodeDecodeError) as exc:
+            logger.warning(
+                "%s offset %d: not an offset commit record, skipped: %s", tp, record.offset, exc
+            )
+            continue
+        if parsed is not None:
+            (group, topic, partition), committed = parsed
+            yield group, topic, partition, committed

@@ -10,12 +10,11 @@ aborted transaction's offsets never come back after a restart.
 from __future__ import annotations
 
 import logging
-import struct
 
 from storagecore.config import TopicPartition
 from storagecore.records.batch import ControlType, RecordBatch
 from storagecore.transactions import control_type_of
-from storageworker.kafka.offset_records import CommittedOffset, parse_offset_record
+from storageworker.kafka.offset_records import CommittedOffset, batch_offset_commits
 
 logger = logging.getLogger(__name__)
 
@@ -64,22 +63,7 @@ class PendingTxnOffsets:
                 self.complete(batch.producer_id, control is ControlType.COMMIT, store)
             return 0
         held = 0
-        for record in batch.records():
-            if record.key is None:
-                continue
-            try:
-                parsed = parse_offset_record(record.key, record.value)
-            except (ValueError, struct.error, UnicodeDecodeError) as exc:
-                logger.warning(
-                    "%s offset %d: not an offset commit record, skipped: %s",
-                    tp,
-                    record.offset,
-                    exc,
-                )
-                continue
-            if parsed is None:
-                continue
-            (group, topic, partition), committed = parsed
+        for group, topic, partition, committed in batch_offset_commits(batch, tp):
             if committed is None:
                 continue
             self.add(batch.producer_id, group, {(topic, partition): committed})
