@@ -66,6 +66,19 @@ public final class TopicAdminClient {
         }
     }
 
+    /** A read taken after a change: the broker applies a committed change to the metadata it
+     *  answers from a moment later (KRaft), so the read is repeated until it differs from the
+     *  one taken before the change, for at most ten seconds. The worker answers at once. */
+    private static Object after(Object before, Callable<Object> read) throws Exception {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        Object value = step(read);
+        while (value.equals(before) && System.nanoTime() < deadline) {
+            Thread.sleep(20);
+            value = step(read);
+        }
+        return value;
+    }
+
     private static NewTopic topic(String name, int partitions, short factor, Map<String, String> configs) {
         return new NewTopic(name, Optional.of(partitions), Optional.of(factor)).configs(configs);
     }
@@ -129,6 +142,9 @@ public final class TopicAdminClient {
             admin.createTopics(List.of(new NewTopic(prefix + "g", Optional.empty(), Optional.empty()))).all().get();
             return admin.describeTopics(List.of(prefix + "g")).allTopicNames().get().get(prefix + "g").partitions().size();
         }));
+        Callable<Object> partitionCount = () ->
+            admin.describeTopics(List.of(a)).allTopicNames().get().get(a).partitions().size();
+        Object partitionsBefore = step(partitionCount);
         answer.put("13 grow to 5", step(() -> {
             admin.createPartitions(Map.of(a, NewPartitions.increaseTo(5))).all().get();
             return null;
@@ -145,18 +161,21 @@ public final class TopicAdminClient {
             admin.createPartitions(Map.of(prefix + "none", NewPartitions.increaseTo(5))).all().get();
             return null;
         }));
-        answer.put("17 partitions after growing", step(() ->
-            admin.describeTopics(List.of(a)).allTopicNames().get().get(a).partitions().size()));
+        answer.put("17 partitions after growing", after(partitionsBefore, partitionCount));
+        Callable<Object> configs20 = () -> configs(admin, a, "retention.ms", "cleanup.policy", "segment.bytes");
+        Object configsBefore20 = step(configs20);
         answer.put("18 set retention.ms", alter(admin, a, List.of(op("retention.ms", "3600000", AlterConfigOp.OpType.SET))));
         answer.put("19 append cleanup.policy", alter(admin, a, List.of(op("cleanup.policy", "delete", AlterConfigOp.OpType.APPEND))));
-        answer.put("20 configs after set and append", configs(admin, a, "retention.ms", "cleanup.policy", "segment.bytes"));
+        answer.put("20 configs after set and append", after(configsBefore20, configs20));
         answer.put("21 set max.compaction.lag.ms 0", alter(admin, a, List.of(op("max.compaction.lag.ms", "0", AlterConfigOp.OpType.SET))));
         answer.put("22 append to retention.ms", alter(admin, a, List.of(op("retention.ms", "1", AlterConfigOp.OpType.APPEND))));
         answer.put("23 unknown key", alter(admin, a, List.of(op("no.such.key", "1", AlterConfigOp.OpType.SET))));
+        Callable<Object> configs25 = () -> configs(admin, a, "retention.ms", "cleanup.policy");
+        Object configsBefore25 = step(configs25);
         answer.put("24 subtract delete, delete retention.ms", alter(admin, a, List.of(
             op("cleanup.policy", "delete", AlterConfigOp.OpType.SUBTRACT),
             op("retention.ms", null, AlterConfigOp.OpType.DELETE))));
-        answer.put("25 configs after subtract and delete", configs(admin, a, "retention.ms", "cleanup.policy"));
+        answer.put("25 configs after subtract and delete", after(configsBefore25, configs25));
         answer.put("26 alter unknown topic", alter(admin, prefix + "none", List.of(op("retention.ms", "1", AlterConfigOp.OpType.SET))));
         answer.put("27 validate-only alter keeps the value", step(() -> {
             ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, a);
