@@ -10,26 +10,7 @@ import json
 import sys
 from typing import Any
 
-from logkeeper.topic_args import add_topic_args, topic_config
-
-
-def add_parser(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        "consume",
-        help="print records of a topic-partition as JSON lines",
-        description=(
-            "Prints one JSON line per record in [--from, --to): offset, timestamp, key, value, "
-            "headers. Keys and values that are not UTF-8 are printed base64-encoded under "
-            "key_b64 / value_b64."
-        ),
-    )
-    add_topic_args(parser)
-    parser.add_argument(
-        "--from", dest="start", type=int, default=None, help="first offset (default: log start)"
-    )
-    parser.add_argument(
-        "--to", dest="end", type=int, default=None, help="end offset, exclusive (default: log end)"
-    )
+from logkeeper.topic_args import topic_config
 
 
 def _json_bytes(record_field: str, data: bytes | None, out: dict[str, Any]) -> None:

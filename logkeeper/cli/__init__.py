@@ -1,0 +1,78 @@
+"""``logkeeper``: one console script, one subcommand per job.
+
+The parser and the dispatch live here; each command group is a module of this package that
+adds its subparsers (``add_parsers``) and names its handler (``handler`` in the parsed
+arguments): :mod:`.records` (produce, consume), :mod:`.tools` (dump-log, verify),
+:mod:`.log_dir` (retention, clean), :mod:`.spark`, :mod:`.servers` (serve, operator),
+:mod:`.demo`. A group module imports only the standard library and
+:mod:`logkeeper.topic_args` at the top; each handler imports what it needs, so ``logkeeper
+dump-log`` never imports kopf or pyspark and ``logkeeper clean`` imports neither the worker nor
+the producer loop (tests/integration/test_cli_startup.py checks the set). Errors from
+storagecore (bad input, corrupt files, locked dirs) are printed as one ``logkeeper: error:
+...`` line naming the thing, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from logkeeper.cli import demo, log_dir, records, servers, spark, tools
+
+__all__ = ["build_parser", "main"]
+
+EXAMPLES = """\
+examples:
+  logkeeper produce --dir data --topic orders < events.jsonl
+  tail -f events.jsonl | logkeeper produce --dir data --topic orders --linger-ms 200
+  logkeeper consume --dir data --topic orders --from 0
+  logkeeper dump-log --records data/orders-0/00000000000000000000.log
+  logkeeper verify --dir data
+  logkeeper demo
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="logkeeper",
+        description="Kafka-format topic logs on local or Kubernetes volumes.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # The order of `logkeeper --help`.
+    records.add_parsers(sub)
+    tools.add_parsers(sub)
+    log_dir.add_parsers(sub)
+    spark.add_parsers(sub)
+    servers.add_parsers(sub)
+    demo.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from storagecore.errors import ConfigError, StorageError
+
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except BrokenPipeError:
+        # The reader went away (`logkeeper consume | head`): not an error. Point stdout at
+        # /dev/null so that the interpreter's final flush does not raise again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except (StorageError, ConfigError, OSError) as exc:
+        # BrokenPipeError is an OSError: the clause above must come first.
+        print(f"logkeeper: error: {exc}", file=sys.stderr)
+        return 2
