@@ -403,7 +403,7 @@ def parse_topic_manifests(text: str, *, source: str = "<topics>") -> dict[str, T
     Objects of other kinds (a StorageVolume in the same file) are skipped; two Topics with the
     same topic name are an error.
     """
-    import yaml  # noqa: PLC0415 -- only the manifest readers need it; `logkeeper clean` does not
+    import yaml  # noqa: PLC0415 -- only the manifest readers (`clean --topics`, say) need it
 
     try:
         documents = list(yaml.safe_load_all(text))

@@ -461,11 +461,19 @@ class LocalLog:
     def delete_expired_files(self, now_ms: int) -> int:
         """Unlink the ``.deleted`` files whose delay has passed at ``now_ms``; how many
         segments."""
-        due = [p for p in self._pending_deletes if p.due_ms <= now_ms]
-        self._pending_deletes = [p for p in self._pending_deletes if p.due_ms > now_ms]
-        for pending in due:
-            pending.segment.delete_files()
+        due = self.take_expired_files(now_ms)
+        for segment in due:
+            segment.delete_files()
         return len(due)
+
+    def take_expired_files(self, now_ms: int) -> list[LogSegment]:
+        """The ``.deleted`` segments whose delay has passed at ``now_ms``, no longer pending
+        here: the caller unlinks them (:meth:`LogSegment.delete_files`), off the log's lock if
+        it likes, as Kafka's ``delete-file`` task does. Until it has, a crash leaves ``.deleted``
+        files, which the loader's first pass removes."""
+        due = [p.segment for p in self._pending_deletes if p.due_ms <= now_ms]
+        self._pending_deletes = [p for p in self._pending_deletes if p.due_ms > now_ms]
+        return due
 
     # -- swap ----------------------------------------------------------------------------------
     def swap(

@@ -22,7 +22,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
-from storagecore.bulk_append import bulk_append
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import (
@@ -612,6 +611,9 @@ class Log:
         Returns None when ``batches`` is empty. Raises :class:`RecordTooLargeError` naming the
         partition for a batch above ``max.message.bytes``; nothing is appended then.
         """
+        # Imported here: only the Spark pipeline's offline writes need it.
+        from storagecore.bulk_append import bulk_append  # noqa: PLC0415
+
         pending = iter(batches)
         head = next(pending, None)
         if head is None:
@@ -628,6 +630,12 @@ class Log:
             return self._local.delete_expired_files(
                 2**63 - 1 if force else self.clock.milliseconds()
             )
+
+    def take_expired_files(self, *, force: bool = False) -> list[LogSegment]:
+        """As :meth:`delete_expired_files`, but the caller unlinks the segments' files
+        (``LogSegment.delete_files``, which needs no lock: they left the log)."""
+        with self._lock:
+            return self._local.take_expired_files(2**63 - 1 if force else self.clock.milliseconds())
 
     @property
     def pending_deletes(self) -> int:

@@ -68,6 +68,14 @@ class _LogDir:
     had_clean_shutdown: bool
     online: bool = True
     error: str | None = None
+    #: Checkpoint file name -> the offsets it holds on stable storage: what this manager wrote
+    #: (write_atomically returns once the rename is durable) or read after the open's directory
+    #: fsync (a clean shutdown). A checkpoint whose offsets have not changed is not rewritten:
+    #: the same offsets would cost two fsyncs for nothing (at every shutdown of a `logkeeper
+    #: clean`, and every checkpoint interval of an idle worker).
+    durable_checkpoints: dict[str, dict[TopicPartition, int]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 @dataclasses.dataclass(slots=True)
@@ -265,12 +273,18 @@ class LogManager:
             raise LogDirOfflineError(f"{what} failed in {path}: {exc}") from exc
 
     # -- loading -------------------------------------------------------------------------------
-    def _read_checkpoint(self, path: Path) -> dict[TopicPartition, int]:
+    def _read_checkpoint(self, log_dir: _LogDir, name: str) -> dict[TopicPartition, int]:
+        path = log_dir.path / name
         try:
-            return OffsetCheckpointFile(path).read()
+            offsets = OffsetCheckpointFile(path).read()
         except CorruptCheckpointError as exc:
             logger.warning("Ignoring unreadable checkpoint (offsets default to 0): %s", exc)
             return {}
+        if log_dir.had_clean_shutdown and path.exists():
+            # The open fsynced the directory (after its previous owner's last write, itself
+            # fsynced): this content is on stable storage.
+            log_dir.durable_checkpoints[name] = dict(offsets)
+        return offsets
 
     def _load_logs(self) -> None:
         # A volume of many segments allocates a few objects per segment, all kept: the cyclic
@@ -291,8 +305,8 @@ class LogManager:
         gc.freeze()
 
     def _load_dir(self, log_dir: _LogDir) -> None:
-        recovery_points = self._read_checkpoint(log_dir.path / files.RECOVERY_POINT_CHECKPOINT)
-        log_starts = self._read_checkpoint(log_dir.path / files.LOG_START_OFFSET_CHECKPOINT)
+        recovery_points = self._read_checkpoint(log_dir, files.RECOVERY_POINT_CHECKPOINT)
+        log_starts = self._read_checkpoint(log_dir, files.LOG_START_OFFSET_CHECKPOINT)
         jobs: list[tuple[TopicPartition, Path]] = []
         for child in sorted(log_dir.path.iterdir()):
             if not child.is_dir() or child.name in files.PIPELINE_DIRS:
@@ -550,21 +564,40 @@ class LogManager:
             logs = [
                 log for log in self._logs.values() if log.parent_dir == path and not log.offline
             ]
-            OffsetCheckpointFile(path / files.RECOVERY_POINT_CHECKPOINT).write(
-                {log.tp: log.recovery_point for log in logs}
+            self._write_checkpoint(
+                path, files.RECOVERY_POINT_CHECKPOINT, {log.tp: log.recovery_point for log in logs}
             )
             # Only logs whose start moved past their first segment (Kafka does the same).
-            OffsetCheckpointFile(path / files.LOG_START_OFFSET_CHECKPOINT).write(
+            self._write_checkpoint(
+                path,
+                files.LOG_START_OFFSET_CHECKPOINT,
                 {
                     log.tp: log.log_start_offset
                     for log in logs
                     if log.log_start_offset > log.segments[0].base_offset
-                }
+                },
             )
 
+    def _write_checkpoint(self, path: Path, name: str, offsets: dict[TopicPartition, int]) -> None:
+        """Write one checkpoint file of the dir ``path``, unless stable storage already holds
+        these offsets in it (see ``_LogDir.durable_checkpoints``)."""
+        durable = self._dirs[path].durable_checkpoints
+        target = path / name
+        if durable.get(name) == offsets and target.exists():
+            return
+        durable.pop(name, None)  # until the new content is durable
+        OffsetCheckpointFile(target).write(offsets)
+        durable[name] = offsets
+
     # -- shutdown ------------------------------------------------------------------------------
-    def shutdown(self) -> None:
-        """Flush and close every log, write checkpoints and the clean-shutdown marker per dir."""
+    def shutdown(self, *, before_unlock: Callable[[], object] | None = None) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker per dir.
+
+        ``before_unlock`` runs last, before the dirs' locks are released (even if it raises):
+        ``logkeeper clean`` waits there for the thread that unlinks the replaced segments'
+        files, so that no other process loads the dir (whose loader removes ``.deleted`` files
+        too) while they are being unlinked.
+        """
         with self._lock:
             if self._closed:
                 return
@@ -596,8 +629,12 @@ class LogManager:
                     for log in self._logs.values():
                         if log.parent_dir == log_dir.path:
                             log.close_handles()
-            self._logs.clear()
-            self._release_locks()
+            try:
+                if before_unlock is not None:
+                    before_unlock()
+            finally:
+                self._logs.clear()
+                self._release_locks()
 
     def close_without_shutdown(self) -> None:
         """Release handles and locks without flushing or marking a clean shutdown (a crash)."""

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from logkeeper.topic_args import add_dir_and_topics_args, log_dir_topics
+
+if TYPE_CHECKING:
+    from storagecore.cleaner.stats import CleanerStats
+    from storagecore.config import TopicPartition
+    from storagecore.segment import LogSegment
 
 
 def add_parsers(sub: Any) -> None:
@@ -107,6 +114,36 @@ def cmd_retention(args: argparse.Namespace) -> int:
     return 0
 
 
+class SegmentFileDeleter:
+    """Unlinks the files of segments that left their log, on a thread of its own (Kafka's
+    ``delete-file`` task): the unlink of a replaced segment (the kernel drops its cached pages)
+    takes tens of milliseconds for a 1 GiB segment, which ``logkeeper clean`` spends while it
+    prints its report and shuts the log dir down. :meth:`join` waits for it and raises what it
+    failed with; the command joins before it releases the dir's lock (a crash before the unlink
+    leaves ``.deleted`` files, which the loader's first pass removes)."""
+
+    def __init__(self, segments: Sequence[LogSegment]) -> None:
+        self._segments = list(segments)
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="delete-file", daemon=False)
+        if self._segments:
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for segment in self._segments:
+                segment.delete_files()
+        except OSError as exc:
+            self._error = exc
+
+    def join(self) -> None:
+        if self._thread.ident is not None:  # started (there was something to delete)
+            self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     from storagecore import LogManager, ManualClock, SystemClock
     from storagecore.cleaner.log_cleaner import LogCleaner
@@ -126,28 +163,43 @@ def cmd_clean(args: argparse.Namespace) -> int:
         cleaner = LogCleaner(manager, config)
         chosen = [tp for tp in manager.logs if args.topic is None or tp.topic in set(args.topic)]
         rounds = cleaner.clean_until_done(chosen)
-        for log in manager.logs.values():
-            log.delete_expired_files(force=True)  # no reader can hold them: we own the lock
-        uncleanable = cleaner.manager.uncleanable
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "rounds": [stats.as_dict() for stats in rounds],
-                        "uncleanable": {str(tp): why for tp, why in uncleanable.items()},
-                    },
-                    indent=2,
-                )
-            )
-        else:
-            for stats in rounds:
-                print(stats.stats_line(0).strip("\n"))
+        # The replaced segments: no reader can hold them (this process owns the dir's lock).
+        deleter = SegmentFileDeleter(
+            [s for log in manager.logs.values() for s in log.take_expired_files(force=True)]
+        )
+        try:
+            uncleanable = cleaner.manager.uncleanable
             compacted = [tp for tp in chosen if manager.logs[tp].config.compact]
-            print(
-                f"{len(rounds)} round(s) over {len(compacted)} compacted partition(s); "
-                f"{sum(s.bytes_read for s in rounds)} bytes read, "
-                f"{sum(s.bytes_written for s in rounds)} written"
-            )
-            for tp, why in sorted(uncleanable.items()):
-                print(f"{tp}: UNCLEANABLE: {why}")
+            print_clean_report(args.json, rounds, uncleanable, len(compacted))
+            manager.shutdown(before_unlock=deleter.join)
+        finally:
+            deleter.join()  # an error on the way: still unlinked before the lock is released
     return 1 if uncleanable else 0
+
+
+def print_clean_report(
+    as_json: bool,
+    rounds: Sequence[CleanerStats],
+    uncleanable: Mapping[TopicPartition, str],
+    compacted_partitions: int,
+) -> None:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "rounds": [stats.as_dict() for stats in rounds],
+                    "uncleanable": {str(tp): why for tp, why in uncleanable.items()},
+                },
+                indent=2,
+            )
+        )
+        return
+    for stats in rounds:
+        print(stats.stats_line(0).strip("\n"))
+    print(
+        f"{len(rounds)} round(s) over {compacted_partitions} compacted partition(s); "
+        f"{sum(s.bytes_read for s in rounds)} bytes read, "
+        f"{sum(s.bytes_written for s in rounds)} written"
+    )
+    for tp, why in sorted(uncleanable.items()):
+        print(f"{tp}: UNCLEANABLE: {why}")

@@ -56,6 +56,8 @@ def test_bench_cleaner_tiny(tmp_path: Path) -> None:
             assert "Kafka 4.3.1 classes, warm JIT" in out, out
         if HAVE_VALGRIND:
             assert f"callgrind, clean of 3000 records (300 keys) {codec}:" in out, out
+    if HAVE_VALGRIND:
+        assert "callgrind, whole `logkeeper clean` process on 3000 records (300 keys)" in out, out
     assert out.count("ours, in-process Cleaner.clean") == 2, out
     assert out.count("ours, `logkeeper clean` process") == 2, out
     if HAVE_JAVA:

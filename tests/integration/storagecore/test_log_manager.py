@@ -265,3 +265,67 @@ def test_periodic_checkpoints_race_no_deletion(tmp_path: Path, clock: ManualCloc
         assert failures == []
         assert manager.dir_error(data) is None
         assert all(log.parent_dir == data for log in manager.logs.values())
+
+
+def test_unchanged_checkpoints_are_not_rewritten(tmp_path: Path, clock: ManualClock) -> None:
+    """A checkpoint whose offsets stable storage already holds is not written again (two
+    fsyncs saved per file): after a clean shutdown the open's directory fsync makes what it
+    reads durable; after an unclean one, or once the offsets change, the file is rewritten
+    (write_atomically: a new inode)."""
+    data = tmp_path / "d"
+    tp = TopicPartition("t", 0)
+    recovery = data / files.RECOVERY_POINT_CHECKPOINT
+    starts = data / files.LOG_START_OFFSET_CHECKPOINT
+    with LogManager([data], clock=clock) as manager:
+        log = manager.get_or_create_log(tp)
+        log.append(batch(5))
+        log.delete_records(2)
+    written = (recovery.stat().st_ino, starts.stat().st_ino)
+    with LogManager([data], clock=clock) as manager:
+        manager.checkpoint_recovery_points_and_log_start_offsets()
+    assert (recovery.stat().st_ino, starts.stat().st_ino) == written
+    with LogManager([data], clock=clock) as manager:
+        manager.get_log(tp).append(batch(1))
+        manager.get_log(tp).flush()
+    assert recovery.stat().st_ino != written[0]
+    assert starts.stat().st_ino == written[1]
+    assert OffsetCheckpointFile(recovery).read() == {tp: 6}
+    # An unclean shutdown: what the next open reads may not be durable, so it is rewritten.
+    (data / files.CLEAN_SHUTDOWN_FILE).unlink()
+    before = (recovery.stat().st_ino, starts.stat().st_ino)
+    with LogManager([data], clock=clock):
+        pass
+    after = (recovery.stat().st_ino, starts.stat().st_ino)
+    assert after[0] != before[0] and after[1] != before[1]
+    # A checkpoint removed behind the manager's back is written again.
+    with LogManager([data], clock=clock) as manager:
+        starts.unlink()
+        manager.checkpoint_recovery_points_and_log_start_offsets()
+        assert OffsetCheckpointFile(starts).read() == {tp: 2}
+
+
+def test_shutdown_runs_before_unlock_while_the_dir_is_still_locked(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """``before_unlock`` (where ``logkeeper clean`` joins its file-deletion thread) runs after
+    the clean-shutdown marker is written and before the lock is released, and the lock is
+    released even when it raises."""
+    data = tmp_path / "d"
+    seen: list[bool] = []
+
+    def check_locked() -> None:
+        seen.append((data / files.CLEAN_SHUTDOWN_FILE).exists())
+        with pytest.raises(LogDirLockedError):
+            LogManager([data], clock=clock)
+
+    LogManager([data], clock=clock).shutdown(before_unlock=check_locked)
+    assert seen == [True]
+
+    def fail() -> None:
+        raise OSError("unlink failed")
+
+    manager = LogManager([data], clock=clock)
+    with pytest.raises(OSError, match="unlink failed"):
+        manager.shutdown(before_unlock=fail)
+    with LogManager([data], clock=clock):  # released all the same
+        pass
