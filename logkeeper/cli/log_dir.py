@@ -10,6 +10,7 @@ unlinked on a second thread while the report is printed and the checkpoints writ
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -145,12 +146,18 @@ class SegmentFileDeleter:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from storagecore import LogManager, ManualClock, SystemClock
-    from storagecore.cleaner.log_cleaner import LogCleaner
-    from storagecore.config import CleanerConfig, check_dedupe_buffer_size
-    from storagecore.errors import ConfigError
+    # The cyclic collector paused while the engine is imported and the manifests parsed (as
+    # in main: only long-lived objects are allocated; the LogManager pauses it for the load).
+    gc.disable()
+    try:
+        from storagecore import LogManager, ManualClock, SystemClock
+        from storagecore.cleaner.log_cleaner import LogCleaner
+        from storagecore.config import CleanerConfig, check_dedupe_buffer_size
+        from storagecore.errors import ConfigError
 
-    topics = log_dir_topics(args)
+        topics = log_dir_topics(args)
+    finally:
+        gc.enable()
     unknown = sorted(set(args.topic or ()) - set(topics))
     if unknown:
         raise ConfigError(f"--topic {', '.join(unknown)}: not declared in --topics")
