@@ -59,7 +59,7 @@ NOT_FOR_CLEAN = {
 
 def top_packages(modules: set[str]) -> set[str]:
     """Every module and each of its parent packages (``a.b.c`` gives a, a.b and a.b.c)."""
-    names = set()
+    names: set[str] = set()
     for module in modules:
         parts = module.split(".")
         names.update(".".join(parts[:n]) for n in range(1, len(parts) + 1))
