@@ -38,11 +38,17 @@ def rename(source: Path, target: Path, *, sync_parent: bool = False) -> None:
         fsync_dir(target.parent)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
 
     1. write ``<path>.tmp``; 2. fsync it; 3. rename over ``path``; 4. fsync the directory.
     A crash before 3 leaves a ``.tmp`` that readers ignore and the next write replaces.
+
+    With ``sync=False`` steps 2 and 4 are left to a later :func:`sync_path` of the file and of
+    its directory on another thread (a roll's producer snapshot: Kafka's ``takeSnapshot(false)``
+    then its "flush-log" task). Until then a crash of the process loses nothing, but one of the
+    machine may leave ``path`` empty or cut short, so only files that readers check (a CRC)
+    and can do without (an older one, or a rebuild from the log) are written so.
     """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -51,8 +57,25 @@ def write_atomically(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def sync_path(path: Path) -> bool:
+    """fsync the file or directory at ``path`` through a descriptor of its own (opened
+    read-only: Linux syncs the file whatever the descriptor's mode), so that no descriptor
+    another thread may close is used; False, syncing nothing, when ``path`` is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True

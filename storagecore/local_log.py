@@ -59,9 +59,10 @@ logger = logging.getLogger(__name__)
 _CODEC_BYTE = layout.ATTRIBUTES_OFFSET + 1
 
 IoErrorCallback = Callable[[Path, OSError], None]
-RollCallback = Callable[[Sequence[LogSegment], int], None]
-"""Called after every roll with the segments and the new active segment's base offset (the
-Log snapshots its producer state there)."""
+RollCallback = Callable[[Sequence[LogSegment], int, bool], None]
+"""Called after every roll with the segments, the new active segment's base offset (the Log
+snapshots its producer state there) and whether the roll flushed (if not, the snapshot is not
+fsynced either: the roll's scheduled flush does both, storagecore.roll_flush)."""
 
 
 class _NativeSettings(NamedTuple):
@@ -236,7 +237,7 @@ class LocalLog:
             raise self.io_failed(what, exc) from exc
 
     # -- roll ----------------------------------------------------------------------------------
-    def roll(self, expected_next_offset: int | None) -> LogSegment:
+    def roll(self, expected_next_offset: int | None, *, flush: bool = True) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, log end offset)``.
 
         1. an empty active segment at that base is reused (KAFKA-6388); a non-empty one there is
@@ -244,11 +245,15 @@ class LocalLog:
         2. stale files at the new base (left by a crash before the loader's time) are deleted;
         3. the old active segment writes its final time index entry and trims its indexes;
         4. the new segment's files are created and it joins the list;
-        5. the old segment is flushed and the recovery point moves to the new base;
-        6. the roll callback runs (the Log's producer-state snapshot at the new base).
+        5. the old segment is flushed and the recovery point moves to the new base (with
+           ``flush=False`` not here: :class:`storagecore.roll_flush.RollFlush` does it later on
+           another thread, as Kafka's roll schedules its "flush-log" task);
+        6. the roll callback runs (the Log's producer-state snapshot at the new base, not
+           fsynced with ``flush=False``: the scheduled flush syncs it first).
 
         A crash anywhere leaves at most an empty segment at the log end, which the loader opens
-        (and a ``.snapshot.tmp``, which it deletes).
+        (and a ``.snapshot.tmp``, which it deletes). A crash before the scheduled flush is done
+        leaves the recovery point below the old segment, which the loader then recovers.
         """
         now_ms = self.clock.milliseconds()
         new_offset = max(expected_next_offset or 0, self.log_end_offset)
@@ -281,10 +286,10 @@ class LocalLog:
         self.segments.append(segment)
         self.bases.append(new_offset)
         logger.info("%s: rolled new log segment at offset %d", self.tp, new_offset)
-        # Kafka schedules this flush asynchronously; the roll is rare enough to do it here.
-        self.flush(new_offset)
+        if flush:
+            self.flush(new_offset)
         if self.on_roll is not None:
-            self.on_roll(self.segments, new_offset)
+            self.on_roll(self.segments, new_offset, flush)
         return segment
 
     def _rolling_jitter_ms(self) -> int:
@@ -415,8 +420,28 @@ class LocalLog:
             return
         for segment in self._segments_overlapping(self.recovery_point, offset):
             segment.flush()
-        self.recovery_point = min(offset, self.log_end_offset)
-        self.last_flush_ms = self.clock.milliseconds()
+        self.mark_flushed(offset)
+
+    def unflushed_paths(self, offset: int) -> list[Path]:
+        """The files that :meth:`flush` up to ``offset`` would sync (with the transaction
+        indexes), for a flush in two halves off the log's lock (:mod:`storagecore.roll_flush`):
+        these synced by path, then :meth:`mark_flushed`. Empty when the recovery point is
+        there already."""
+        if offset <= self.recovery_point:
+            return []
+        return [
+            path
+            for segment in self._segments_overlapping(self.recovery_point, offset)
+            for path in segment.file_paths()
+        ]
+
+    def mark_flushed(self, offset: int) -> None:
+        """Everything below ``offset`` is synced: the recovery point moves there, never back
+        (another flush may have passed it) and never past the log end (Kafka's
+        ``markFlushed``)."""
+        if offset > self.recovery_point:
+            self.recovery_point = min(offset, self.log_end_offset)
+            self.last_flush_ms = self.clock.milliseconds()
 
     def _segments_overlapping(self, start: int, end: int) -> list[LogSegment]:
         first = self.floor_index(start)

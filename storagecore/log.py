@@ -46,6 +46,7 @@ from storagecore.records.batch import Record, iter_complete_batches
 from storagecore.records.file_records import FileRegion
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
+from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
 from storagecore.segment import LogSegment, RollParams
 from storagecore.transactions import AbortedTxn, TransactionState
 
@@ -77,6 +78,7 @@ class Log:
         on_disk_full: IoErrorCallback | None = None,
         leader_epoch: int = 0,
         producer_state: ProducerStateManager | None = None,
+        flush_scheduler: FlushScheduler | None = None,
     ) -> None:
         self.directory = directory
         self.tp = tp
@@ -86,6 +88,9 @@ class Log:
             directory, tp, config, clock, segments, recovery_point, on_io_error, on_disk_full
         )
         self._local.on_roll = self.producer_state.on_roll  # a snapshot at every roll
+        #: Runs the flush of a segment an append rolled later, on another thread
+        #: (storagecore.roll_flush); None: the roll flushes before the append returns.
+        self.flush_scheduler = flush_scheduler
         self._log_start_offset = log_start_offset
         self.leader_epoch = leader_epoch
         self._lock = threading.RLock()
@@ -110,6 +115,7 @@ class Log:
         on_io_error: IoErrorCallback | None = None,
         on_disk_full: IoErrorCallback | None = None,
         file_cache: FileCache | None = None,
+        flush_scheduler: FlushScheduler | None = None,
     ) -> Log:
         """Load (and if needed recover) the log in ``directory``, creating it if absent. With
         ``file_cache`` its segments' files open through that cache (storagecore.file_cache)."""
@@ -136,6 +142,7 @@ class Log:
             on_io_error=on_io_error,
             on_disk_full=on_disk_full,
             producer_state=loaded.producer_state,
+            flush_scheduler=flush_scheduler,
         )
 
     # -- state ---------------------------------------------------------------------------------
@@ -301,6 +308,10 @@ class Log:
             logger.debug(
                 "%s: rolling segment %d (size %d)", self.tp, segment.base_offset, segment.size_bytes
             )
+            if self.flush_scheduler is not None:
+                return roll_and_schedule_flush(
+                    self._local, self._lock, first_offset, self.flush_scheduler
+                )
             return self._local.roll(first_offset)
         return segment
 

@@ -47,6 +47,7 @@ from storagecore.errors import (
 from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
 from storagecore.log import Log
 from storagecore.retention import RetentionPlan
+from storagecore.roll_flush import RollFlushThread
 
 logger = logging.getLogger(__name__)
 
@@ -128,8 +129,13 @@ class LogManager:
         broker_epoch: int = 0,
         min_free_bytes: int | None = None,
         max_open_files: int | None = None,
+        background_roll_flush: bool = False,
     ) -> None:
         self.clock = clock or SystemClock()
+        #: With ``background_roll_flush`` (the worker) an append that rolls leaves the old
+        #: segment's fsync to this thread (storagecore.roll_flush); else the roll flushes.
+        self.roll_flusher = RollFlushThread() if background_roll_flush else None
+        self._roll_flush_scheduler = self.roll_flusher.schedule if self.roll_flusher else None
         #: The segment files of every log open through this bounded cache (None: half the
         #: process's soft RLIMIT_NOFILE, at most 16,384; storagecore.file_cache).
         self.file_cache = FileCache(
@@ -343,6 +349,7 @@ class LogManager:
                 on_io_error=self.handle_io_error,
                 on_disk_full=self.note_disk_full,
                 file_cache=self.file_cache,
+                flush_scheduler=self._roll_flush_scheduler,
             )
 
         if len(jobs) <= 1 or self.recovery_threads_per_dir <= 1:
@@ -407,6 +414,7 @@ class LogManager:
                     on_io_error=self.handle_io_error,
                     on_disk_full=self.note_disk_full,
                     file_cache=self.file_cache,
+                    flush_scheduler=self._roll_flush_scheduler,
                 )
             self._logs[tp] = log
             logger.info("Created log for %s in %s", tp, target)
@@ -598,6 +606,8 @@ class LogManager:
         files, so that no other process loads the dir (whose loader removes ``.deleted`` files
         too) while they are being unlinked.
         """
+        if self.roll_flusher is not None:
+            self.roll_flusher.stop()  # the queued roll flushes first (each log's own follows)
         with self._lock:
             if self._closed:
                 return
@@ -638,6 +648,8 @@ class LogManager:
 
     def close_without_shutdown(self) -> None:
         """Release handles and locks without flushing or marking a clean shutdown (a crash)."""
+        if self.roll_flusher is not None:
+            self.roll_flusher.stop(cancel_queued=True)
         with self._lock:
             self._closed = True
             for log in self._logs.values():

@@ -616,6 +616,12 @@ class LogSegment:
         self._offset_index.flush()
         self._time_index.flush()
 
+    def file_paths(self) -> tuple[Path, ...]:
+        """The files :meth:`flush` syncs and the transaction index (which may not exist), by
+        path: a flush off the log's lock opens its own descriptors (storagecore.roll_flush),
+        never the file cache's, which the cache may close meanwhile."""
+        return (self.log.path, self.offset_index.path, self.time_index.path, self.txn_index_path())
+
     def close(self) -> None:
         if self._log.closed:
             return

@@ -317,6 +317,9 @@ class Worker:
             clock=self.clock,
             min_free_bytes=self.settings.min_free_bytes,
             max_open_files=self.settings.max_open_files,
+            # The Kafka listener appends on its event loop: a roll must not make it wait for
+            # the old segment's fsync (storagecore.roll_flush).
+            background_roll_flush=True,
         )
         self.log_manager = manager
         settings = self.settings

@@ -227,9 +227,12 @@ class ProducerStateManager:
             self.update(info)
 
     # -- roll, log start, expiration -----------------------------------------------------------
-    def on_roll(self, segments: Sequence[LogSegment], new_base_offset: int) -> None:
+    def on_roll(
+        self, segments: Sequence[LogSegment], new_base_offset: int, sync: bool = True
+    ) -> None:
         """After a roll: catch up with batches the append path did not see (a bulk append's),
-        forget expired producers, and snapshot at the new segment's base offset.
+        forget expired producers, and snapshot at the new segment's base offset (with
+        ``sync=False`` not fsynced: the roll's scheduled flush does it, storagecore.roll_flush).
 
         Kafka forgets expired producers every ``producer.id.expiration.check.interval.ms`` (ten
         minutes); here it happens at each roll and each load, which bounds the memory of a
@@ -239,7 +242,7 @@ class ProducerStateManager:
             self.replay(_batches_between(segments, self.map_end_offset, new_base_offset))
         self.map_end_offset = new_base_offset
         self.remove_expired_producers(self.clock.milliseconds())
-        self.take_snapshot()
+        self.take_snapshot(sync=sync)
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
@@ -261,12 +264,13 @@ class ProducerStateManager:
         )
 
     # -- snapshot files ------------------------------------------------------------------------
-    def take_snapshot(self) -> Path | None:
-        """Write a snapshot at :attr:`map_end_offset` unless one exists there already."""
+    def take_snapshot(self, *, sync: bool = True) -> Path | None:
+        """Write a snapshot at :attr:`map_end_offset` unless one exists there already (with
+        ``sync=False`` without fsync: see :func:`snapshot.write_snapshot`)."""
         if self.map_end_offset <= self.last_snap_offset:
             return None
         path = snapshot.snapshot_file(self.directory, self.map_end_offset)
-        snapshot.write_snapshot(path, self.producers.values())
+        snapshot.write_snapshot(path, self.producers.values(), sync=sync)
         logger.info(
             "%s Wrote producer snapshot at offset %d with %d producer ids",
             self.prefix,

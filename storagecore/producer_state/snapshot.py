@@ -141,11 +141,13 @@ def decode_snapshot(data: bytes, *, source: str) -> list[ProducerStateEntry]:
     return entries
 
 
-def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry]) -> None:
+def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, sync: bool = True) -> None:
     """Replace ``path`` atomically: ``<path>.tmp``, fsync, rename, fsync the directory. A
     crash leaves the previous content (or none) and possibly a ``.snapshot.tmp``, which the
-    manager deletes when it loads."""
-    durability.write_atomically(path, encode_snapshot(entries))
+    manager deletes when it loads. With ``sync=False`` both fsyncs are the caller's, later
+    (:mod:`storagecore.roll_flush`); a machine crash before then can leave a short or empty
+    snapshot, which the load reports as corrupt and replaces with an older one or the log."""
+    durability.write_atomically(path, encode_snapshot(entries), sync=sync)
 
 
 def read_snapshot(path: Path) -> list[ProducerStateEntry]:
