@@ -61,14 +61,15 @@ LAZY_COMPACTED = {
 class Served:
     """One ``logkeeper serve`` process; its stdout lines arrive on a queue."""
 
+    #: What runs ``serve`` and its arguments (a subclass may run a wrapper of the CLI).
+    command: tuple[str, ...] = (sys.executable, "-m", "logkeeper.cli")
+
     def __init__(self, root: Path, *extra: str) -> None:
         self.root = root
         self.stderr = open(root / f"serve-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "logkeeper.cli",
+                *self.command,
                 "serve",
                 "--data-dir",
                 str(root / "data"),
