@@ -28,7 +28,14 @@ Printed: MB/s of values (10^6 bytes) per client and target, and worker / broker:
 target is >= 0.80 for each; then the start figures (the Java consumer's group join, kcat's
 time to its first value) in ms. The machine is shared (2 cores, other engineers' tests):
 figures are noisy, and only the ratios of one run mean anything; ``--rounds`` repeats and
-prints each.
+prints each, then (with more than one round) the summary: per client the median MB/s of each
+target with its spread (lowest-highest round), and the median of the rounds' worker / broker
+ratios (each round's pair measured back to back) with its spread; the target is judged on that
+median. Both servers swing by up to 2x between rounds of 128 MiB even on a quiet machine
+(README, the quiet window of 2026-11-25), so one round's ratio says little by itself.
+``--warmup`` runs rounds first that are printed but left out of the summary (the broker's JIT
+warms up over the first rounds: its Java producer figure rose 33 -> 38 -> 62 MB/s over three
+quiet rounds while the worker's stayed at 44-50).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import argparse
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -280,10 +288,66 @@ def one_round(
     return figures, starts
 
 
+def print_round(
+    label: str,
+    figures: dict[tuple[str, str], float],
+    starts: dict[tuple[str, str], float],
+    names: list[str],
+) -> None:
+    print(f"{label}, MB/s:")
+    for measure in dict.fromkeys(m for m, _ in figures):
+        broker_mb = figures.get((measure, "broker"))
+        worker_mb = figures.get((measure, "worker"))
+        line = f"  {measure:<26}"
+        line += f" broker {broker_mb:8.1f}" if broker_mb else ""
+        line += f" worker {worker_mb:8.1f}" if worker_mb else ""
+        if broker_mb and worker_mb:
+            line += f"  worker/broker {worker_mb / broker_mb:5.2f}"
+            line += "" if worker_mb / broker_mb >= 0.8 else "  (below 0.80)"
+        print(line, flush=True)
+    print("  start, ms:")
+    for measure in dict.fromkeys(m for m, _ in starts):
+        line = f"  {measure:<34}"
+        for name in names:
+            line += f" {name} {starts[measure, name]:7.0f}"
+        print(line, flush=True)
+
+
+def spread(values: list[float], digits: int) -> str:
+    """``median (lowest-highest)`` of ``values``."""
+    return (
+        f"{statistics.median(values):.{digits}f} "
+        f"({min(values):.{digits}f}-{max(values):.{digits}f})"
+    )
+
+
+def print_summary(rounds: list[dict[tuple[str, str], float]], names: list[str]) -> None:
+    """Per measure: each target's median MB/s over the rounds with its spread, and the median
+    of the rounds' worker / broker ratios with its spread (the target is judged on it)."""
+    print(f"median of {len(rounds)} rounds (lowest-highest), MB/s:")
+    below = 0
+    for measure in dict.fromkeys(m for figures in rounds for m, _ in figures):
+        line = f"  {measure:<26}"
+        for name in names:
+            line += f" {name} {spread([f[measure, name] for f in rounds], 1):>22}"
+        if len(names) == 2:
+            ratios = [f[measure, "worker"] / f[measure, "broker"] for f in rounds]
+            line += f"  worker/broker {spread(ratios, 2)}"
+            if statistics.median(ratios) < 0.8:
+                below += 1
+                line += "  (median below 0.80)"
+        print(line, flush=True)
+    if len(names) == 2:
+        print(f"  {below} median ratios below 0.80", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=64, help="MiB of values per client")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--warmup", type=int, default=0, help="rounds run first, left out of the summary"
+    )
     parser.add_argument("--only", choices=("worker", "broker"), help="one target (profiling)")
     parser.add_argument(
         "--librdkafka",
@@ -312,27 +376,19 @@ def main() -> None:
             if args.only != "broker":
                 worker, targets["worker"] = start_worker(root / "worker")
                 print(f"worker pid {worker.pid} on {targets['worker']}", flush=True)
-            for round_ in range(1, args.rounds + 1):
+            counted: list[dict[tuple[str, str], float]] = []
+            for round_ in range(1, args.warmup + args.rounds + 1):
                 figures, starts = one_round(
                     jars, targets, root, args.mib, round_, kcat_env=kcat_env
                 )
-                print(f"round {round_} ({args.mib} MiB of values per client), MB/s:")
-                for measure in dict.fromkeys(m for m, _ in figures):
-                    broker_mb = figures.get((measure, "broker"))
-                    worker_mb = figures.get((measure, "worker"))
-                    line = f"  {measure:<26}"
-                    line += f" broker {broker_mb:8.1f}" if broker_mb else ""
-                    line += f" worker {worker_mb:8.1f}" if worker_mb else ""
-                    if broker_mb and worker_mb:
-                        line += f"  worker/broker {worker_mb / broker_mb:5.2f}"
-                        line += "" if worker_mb / broker_mb >= 0.8 else "  (below 0.80)"
-                    print(line, flush=True)
-                print("  start, ms:")
-                for measure in dict.fromkeys(m for m, _ in starts):
-                    line = f"  {measure:<34}"
-                    for name in targets:
-                        line += f" {name} {starts[measure, name]:7.0f}"
-                    print(line, flush=True)
+                warmup = round_ <= args.warmup
+                label = f"{'warm-up ' if warmup else ''}round {round_}"
+                print_round(f"{label} ({args.mib} MiB of values per client)", figures, starts,
+                            list(targets))  # fmt: skip
+                if not warmup:
+                    counted.append(figures)
+            if len(counted) > 1:
+                print_summary(counted, list(targets))
         finally:
             if worker is not None:
                 worker.terminate()

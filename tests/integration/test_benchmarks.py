@@ -9,6 +9,7 @@ run downloads Kafka's jars into ~/.m2), callgrind when ``valgrind`` is.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -128,9 +129,10 @@ def test_bench_codec_tiny(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not HAVE_JAVA or shutil.which("kcat") is None, reason="needs Java and kcat")
 def test_bench_broker_tiny(tmp_path: Path) -> None:
-    """The broker and the worker both serve every client of the comparison, and both stop."""
+    """The broker and the worker both serve every client of the comparison, and both stop;
+    the summary gives each client's median of the rounds with its spread."""
     result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_broker.py"), "--mib", "1"],
+        [sys.executable, str(BENCHMARKS / "bench_broker.py"), "--mib", "1", "--rounds", "2"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -146,7 +148,16 @@ def test_bench_broker_tiny(tmp_path: Path) -> None:
         "kcat 100B consume stream",
     ):
         assert f"  {measure:<26} broker" in result.stdout, result.stdout
-    assert result.stdout.count("worker/broker") == 9, result.stdout
+    assert result.stdout.count("worker/broker") == 2 * 9 + 9, result.stdout
+    summary = result.stdout.split("median of 2 rounds (lowest-highest), MB/s:\n", 1)[1]
+    for line in summary.splitlines()[:9]:
+        # "  <measure> broker <median> (<low>-<high>) worker ... worker/broker <median> (...)"
+        assert re.fullmatch(
+            r"  .{26} broker +[\d.]+ \([\d.]+-[\d.]+\) worker +[\d.]+ \([\d.]+-[\d.]+\)"
+            r"  worker/broker [\d.]+ \([\d.]+-[\d.]+\)(  \(median below 0.80\))?",
+            line,
+        ), line
+    assert re.search(r"^  \d median ratios below 0.80$", summary, re.MULTILINE), summary
     for start in ("java 1KiB consume group join", "kcat 1024B consume first value"):
         assert f"  {start:<34} broker" in result.stdout, result.stdout
     assert not list(tmp_path.iterdir()), "the benchmark left files behind"
