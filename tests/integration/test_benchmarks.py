@@ -163,6 +163,25 @@ def test_bench_broker_tiny(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir()), "the benchmark left files behind"
 
 
+def test_bench_roll_tiny(tmp_path: Path) -> None:
+    """Both modes roll, and the scheduled one leaves no flush behind (its log closes)."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_roll.py"), "--mib", "8", "--segment-mib", "2",
+         "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    for mode in ("at the roll", "scheduled"):
+        line = next(line for line in result.stdout.splitlines() if line.startswith(f"  {mode}"))
+        assert " 0 rolls" not in line, result.stdout
+    assert "largest append latency, at the roll / scheduled" in result.stdout, result.stdout
+    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
+
+
 def test_bench_scale_small(tmp_path: Path) -> None:
     """Issue 22's scale run at 1,000 partitions x 4 segments under RLIMIT_NOFILE 512 (the
     full size is the benchmark's default; about 2-3 minutes here on the shared machine): the
