@@ -60,8 +60,9 @@ _TRANSACTION_APIS: Final = {
 #: hand-off to a thread and back cost about 2 ms per request: the loop thread, back from a
 #: send() or a select(), waited for the GIL that the append's thread held (Python's 5 ms switch
 #: interval), as py-spy showed under Kafka's ProducerPerformance (benchmarks/bench_broker.py).
-#: A roll of the active segment fsyncs the old one inside such an append (storagecore's
-#: LocalLog.roll): once per segment.bytes, the loop waits for it.
+#: An append that rolls the active segment does not wait for the old segment's fsync nor for
+#: the new producer snapshot's: the worker's LogManager runs them on its flush thread
+#: (``background_roll_flush``, storagecore/roll_flush.py), and the recovery point moves after.
 INLINE_PRODUCE_BYTES_MAX: Final = 1 << 20
 
 
