@@ -3,7 +3,9 @@
 After every kill the directory is reloaded: every offset the writer reported as flushed is
 readable with the content it wrote, nothing invalid is ever returned, the log accepts appends
 again, and ``verify`` finds no error. The next writer reopens the same directory (recovering it
-itself) and goes on.
+itself) and goes on. Run both ways a roll flushes: at the roll (the tools) and on the
+manager's flush thread (the worker's, storagecore.roll_flush), where kills also land while roll
+flushes are pending.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ HELPER = Path(__file__).parent / "helpers" / "appender.py"
 ROUNDS = int(os.environ.get("SIGKILL_ROUNDS", "8"))
 
 
-def test_sigkill_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("roll_flush", ["at the roll", "background"])
+def test_sigkill_loop(tmp_path: Path, roll_flush: str) -> None:
     data = tmp_path / "data"
     rng = random.Random(1234)
     flushed: dict[tuple[int, int], str] = {}
+    mode = ["background"] if roll_flush == "background" else []
     for run in range(ROUNDS):
-        output = run_and_kill(HELPER, str(data), str(run), rng=rng, wait_s=(0.2, 0.8))
+        output = run_and_kill(HELPER, str(data), str(run), *mode, rng=rng, wait_s=(0.2, 0.8))
         lines = output.splitlines()
         complete = lines if output.endswith("\n") else lines[:-1]  # a line cut by the kill
         for line in complete:

@@ -16,8 +16,11 @@ from storagecore import Compression, LogConfig, LogManager, NewRecord, TopicPart
 
 def main() -> None:
     data_dir, run = Path(sys.argv[1]), int(sys.argv[2])
+    # "background": the worker's way, rolls leave their flush to the manager's flush thread
+    # (storagecore.roll_flush), so kills also land while roll flushes are pending.
+    background = sys.argv[3:] == ["background"]
     config = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512, segment_index_bytes=4096)
-    manager = LogManager([data_dir], default_config=config)
+    manager = LogManager([data_dir], default_config=config, background_roll_flush=background)
     log = manager.get_or_create_log(TopicPartition("crash", 0))
     codecs = list(Compression)
     sequence = 0
