@@ -33,6 +33,9 @@ from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
 
+#: How often the main thread wakes to run signal handlers that another thread received.
+SIGNAL_CHECK_S = 0.2
+
 
 def serve(
     data_dirs: Sequence[Path],
@@ -117,7 +120,12 @@ def serve(
         server.registry.register(KafkaCollector(listener.counters, lambda: listener.transactions))
         print(f"logkeeper serve: kafka on {kafka.host}:{listener.port}", flush=True)
     print("logkeeper serve: ready", flush=True)
-    stop.wait()
+    # Woken at least every SIGNAL_CHECK_S: a signal that the kernel hands to another thread
+    # (the event loop's, the scheduler's) only sets a flag, and Python runs the handler in the
+    # main thread once it runs again; a wait without a timeout never returns then, and the
+    # worker ignored that SIGTERM for good (seen under load: a test's stop timed out).
+    while not stop.wait(SIGNAL_CHECK_S):
+        pass
     if listener is not None:
         listener.stop()
     grace_s = worker.settings.shutdown_grace_period_ms / 1000
