@@ -65,14 +65,16 @@ def checkpointed_after(root: Path, since_ns: int) -> int:
 
 def test_a_kill_while_roll_flushes_are_pending(root: Path) -> None:
     server = StuckFlushServed(root, "--kafka-port", "0")
-    pid, epoch = init_producer(server)
-    for number in range(BATCHES):
-        assert send(server, pid, epoch, number) == (0, RECORDS * number)
-    rolled = segment_bases(root)
-    assert len(rolled) >= 3, rolled
-    # The appends that rolled returned; their flushes wait, so no checkpoint may claim them.
-    assert checkpointed_after(root, time.time_ns()) < rolled[1]
-    server.kill()
+    try:
+        pid, epoch = init_producer(server)
+        for number in range(BATCHES):
+            assert send(server, pid, epoch, number) == (0, RECORDS * number)
+        rolled = segment_bases(root)
+        assert len(rolled) >= 3, rolled
+        # The appends that rolled returned; their flushes wait, so no checkpoint may claim them.
+        assert checkpointed_after(root, time.time_ns()) < rolled[1]
+    finally:
+        server.kill()  # also when an assertion failed: its flushes never end, nor would it
 
     server = Served(root, "--kafka-port", "0")
     assert log_end(server) == RECORDS * BATCHES
