@@ -1,6 +1,6 @@
 """Build of the optional native speed-ups (storagecore.records._native: record scan and append
-validation; storagecore.cleaner._native: the cleaner's map and filter passes); metadata is in
-pyproject.
+validation; storagecore.cleaner._native: the cleaner's map and filter passes;
+storagecore.index._mapping: index mappings that hold no descriptor); metadata is in pyproject.
 
 If the C compiler is missing the build falls back to the pure-Python reference with a warning;
 the test suite then fails its "which implementation loaded" check, so CI cannot miss it.
@@ -59,6 +59,11 @@ setup(
                 "storagecore/cleaner/_cleaner_columns.h",
             ],
             extra_compile_args=["-O3", "-Wall", "-Werror"],
+        ),
+        Extension(
+            "storagecore.index._mapping",
+            ["storagecore/index/_mapping.c"],
+            extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},

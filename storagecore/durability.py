@@ -7,9 +7,16 @@ place so that crash safety can be reviewed by reading one file. A test forbids `
 
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
+from typing import Protocol
+
+
+class Syncable(Protocol):
+    """A memory mapping of a file: ``flush`` is its msync (mmap.mmap, or the index mappings of
+    storagecore.index._mapping, which hold no descriptor)."""
+
+    def flush(self) -> None: ...
 
 
 def fsync_fd(fd: int) -> None:
@@ -26,8 +33,8 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def flush_mmap(mapping: mmap.mmap) -> None:
-    """msync a memory-mapped index."""
+def flush_mmap(mapping: Syncable) -> None:
+    """msync a memory-mapped index (``MS_SYNC``: its written pages reach the disk)."""
     mapping.flush()
 
 

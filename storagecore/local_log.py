@@ -348,12 +348,12 @@ class LocalLog:
             settings.message_timestamp_after_max_ms,
             segment.base_offset,
             max_timestamp_no_roll,
-            # The indexes are not mapped (storagecore.file_cache): the native append writes the
-            # entries it is due into one-entry buffers, and native_appended writes them out.
-            offset_index.native_scratch(),
-            0,
-            time_index.native_scratch(),
-            0,
+            # The mapped indexes, or (unmapped) one-entry buffers that native_appended writes
+            # out (storagecore.index.base); the entry each is written at.
+            offset_index.native_target(),
+            offset_index.native_slot,
+            time_index.native_target(),
+            time_index.native_slot,
             time_index.last_timestamp,
             segment.bytes_since_last_index_entry,
             segment.index_interval_bytes,

@@ -17,8 +17,8 @@ from typing import NamedTuple, cast
 
 from storagecore import durability, files
 from storagecore.errors import SegmentOffsetOverflowError
-from storagecore.file_cache import CachedFile, FileCache
-from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
+from storagecore.file_cache import CachedFile, FileCache, Handle
+from storagecore.index import MAPPED, OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
 from storagecore.records.layout import (
@@ -639,8 +639,9 @@ class LogSegment:
     def pin_files(self) -> None:
         """Keep the segment's three files open until :meth:`unpin_files` (an append: a
         descriptor that cannot be had fails it before anything is written, never between the
-        log and its index entries). One acquisition of the cache's lock; nothing without a
-        cache (the files are open for good then)."""
+        log and its index entries); only the ``.log`` when the indexes are mapped (mapped
+        before the write: OffsetIndex.reserve_next). One acquisition of the cache's lock;
+        nothing without a cache (the files are open for good then)."""
         cache = self.file_cache
         if cache is not None:
             cache.acquire_all(self._cached_handles())
@@ -653,7 +654,9 @@ class LogSegment:
     def _cached_handles(self) -> tuple[CachedFile, ...]:
         handles = self._handles
         if handles is None:
-            found = (self._log.handle, self._offset_index.handle, self._time_index.handle)
+            found: tuple[Handle, ...] = (self._log.handle,)
+            if not MAPPED:  # mapped, index entries go to mappings, which hold no descriptor
+                found += (self._offset_index.handle, self._time_index.handle)
             assert all(isinstance(h, CachedFile) for h in found), found
             handles = self._handles = cast(tuple[CachedFile, ...], found)
         return handles

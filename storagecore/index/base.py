@@ -5,6 +5,19 @@ rounded down to a whole number of entries; ``entries`` counts the valid ones. On
 file is trimmed to ``entries * entry_size``. When an existing file is opened, every whole entry in
 it is taken as valid (Kafka does the same), which is why the loader rebuilds the indexes of any
 segment that recovery touches and sanity-checks the others.
+
+Two ways to write entries, chosen once at import (storagecore.native):
+
+* mapped (the extension ``storagecore.index._mapping``): an index being written is mapped
+  (:class:`~storagecore.index._mapping.Mapping`, ``MAP_SHARED``) on its first write and its
+  entries are stored into memory, as Kafka's; the mapping holds **no file descriptor** (the file
+  is opened by path for the map, resize and fallocate calls and closed before they return), so
+  the open-files bound of storagecore.file_cache holds. Only the indexes being written are
+  mapped (the active segments'): a trim (roll, close) unmaps, and an index that is only read is
+  read with ``pread`` through the file cache. Mappings count against ``vm.max_map_count``
+  (65,530 by default): at most two per partition with appends since its last roll.
+* unmapped (``STORAGECORE_NO_EXTENSIONS=1`` or the extension not built): each entry is written
+  with one ``pwrite`` through the index's file handle.
 """
 
 from __future__ import annotations
@@ -16,26 +29,47 @@ import os
 import struct
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 from storagecore import durability
 from storagecore.errors import CorruptIndexError
-from storagecore.file_cache import FileCache, Handle, OpenFile, open_handle
+from storagecore.file_cache import FileCache, Handle, OpenFile, open_fd, open_handle
+from storagecore.native import load_extension
+
+if TYPE_CHECKING:
+    from storagecore.index import _mapping  # typed by _mapping.pyi
 
 logger = logging.getLogger(__name__)
 
 _RESERVE_CHUNK = 64 * 1024
 
+_MAPPING = load_extension("storagecore.index._mapping")
+#: Whether indexes being written are mapped (the extension is loaded), else written with pwrite.
+MAPPED: Final = _MAPPING is not None
+#: "c" when the mapping extension is used, "python" for the pwrite reference.
+IMPLEMENTATION: Final = "c" if MAPPED else "python"
+
+
+def _set_file_length(path: Path, length: int) -> None:
+    """``ftruncate`` of ``path`` (created if missing) through a descriptor held for this call
+    only, as Kafka's resize opens a RandomAccessFile: a mapped index keeps none."""
+    fd = open_fd(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, length)
+    finally:
+        os.close(fd)
+
 
 class AbstractIndex:
     """Entries of ``entry.size`` bytes, sorted by offset (and for the time index by timestamp).
 
-    The valid entries are read into memory on first use (one ``pread``) and appended to with
-    ``pwrite``: no mapping, so that an index holds no descriptor once read (a Python 3.11
-    ``mmap`` keeps a duplicate of its file's). Given a
-    :class:`~storagecore.file_cache.FileCache` the descriptor is opened only for those calls and
-    closed by the cache when idle, and the entries in memory are dropped with it (the cache
-    bounds both). Nothing is opened at construction for an existing file that is not writable
-    (an inactive segment's index: the loader's case)."""
+    Written through a mapping that holds no descriptor (or, unmapped, with ``pwrite``: see the
+    module docstring). An index not mapped has its valid entries read into memory on first use
+    (one ``pread``). Given a :class:`~storagecore.file_cache.FileCache` the descriptor is opened
+    only for those calls and closed by the cache when idle, and the entries in memory are
+    dropped with it (the cache bounds both). Nothing is opened at construction for an existing
+    file that is not writable (an inactive segment's index: the loader's case), and a mapped
+    index keeps no descriptor open for its writes."""
 
     entry: struct.Struct
 
@@ -61,12 +95,17 @@ class AbstractIndex:
         except FileNotFoundError:
             length = 0
             new_file = True
-        if cache is None or new_file or writable:
+        if cache is None or ((new_file or writable) and not MAPPED):
             self._handle: Handle = open_handle(
                 path, os.O_RDWR, cache, create=new_file, on_close=self._drop_entries
             )
         else:
+            # Mapped, a file to write is created and sized by _set_length below without the
+            # cache: no idle descriptor of it is left there.
             self._handle = cache.file(path, os.O_RDWR, on_close=self._drop_entries)
+        # The mapping entries are written into (MAPPED), made on the first write and dropped
+        # by a trim: None while the index is only read.
+        self._mapping: _mapping.Mapping | None = None
         # Invariant: entries * entry.size <= file length; the entries are the valid prefix.
         self.entries = length // self.entry.size
         # Bytes of the file known to have disk blocks (the entries written so far, then each
@@ -78,7 +117,7 @@ class AbstractIndex:
         # The valid entries' bytes, read on first use; None when not read (or dropped by the
         # cache). Readers take a local reference: the cache may drop it from another thread.
         self._data: bytearray | None = None
-        # Where the native append writes the one entry it is due (native_scratch).
+        # Unmapped, where the native append writes the one entry it is due (native_target).
         self._scratch = bytearray(self.entry.size)
         # Searched columns (relative offsets, positions, timestamps) as native arrays, built on
         # the first lookup and extended by appends, so lookups are a C-level bisect. Replaced
@@ -110,6 +149,48 @@ class AbstractIndex:
         """The cache closed the descriptor: the entries read into memory go too."""
         self._data = None
         self._columns = {}
+
+    def _entries_buffer(self) -> _mapping.Mapping | bytearray:
+        """The valid entries as a buffer: the mapping (longer than the valid entries) when the
+        index is mapped, else :meth:`_entries_bytes`."""
+        mapping = self._mapping
+        if mapping is not None:
+            return mapping
+        return self._entries_bytes()
+
+    def _valid_bytes(self) -> bytes | bytearray:
+        """Exactly the valid entries' bytes (a copy when mapped)."""
+        size = self.entries * self.entry.size
+        mapping = self._mapping
+        if mapping is None:
+            return self._entries_bytes()[:size] if size else b""
+        with memoryview(mapping) as view:
+            return view[:size].tobytes()
+
+    def _map(self) -> _mapping.Mapping:
+        """Map the file to write entries into it (the first write since it was opened or
+        trimmed). An OSError here (EMFILE, ENFILE, ENOMEM included) comes before anything of
+        the write that needs it."""
+        assert _MAPPING is not None
+        mapping: _mapping.Mapping = _MAPPING.Mapping(self.path)
+        if mapping.length != self._length:
+            mapping.close()
+            raise AssertionError(
+                f"{self.path}: {mapping.length} bytes on disk where the index set {self._length}"
+            )
+        self._mapping = mapping
+        self._data = None  # read from the mapping from now on
+        return mapping
+
+    def _unmap(self) -> None:
+        mapping, self._mapping = self._mapping, None
+        if mapping is not None:
+            mapping.close()
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the index is mapped now (written since it was opened or last trimmed)."""
+        return self._mapping is not None
 
     def _entries_bytes(self) -> bytearray:
         """The valid entries' bytes, read from the file when not in memory."""
@@ -150,8 +231,18 @@ class AbstractIndex:
         return self.entries >= self.max_entries
 
     def _set_length(self, length: int) -> None:
-        with self._handle.pinned() as fd:
-            os.ftruncate(fd, length)
+        mapping = self._mapping
+        if mapping is not None:
+            try:
+                mapping.resize(length)
+            finally:
+                if mapping.closed:  # the new length could not be mapped: map again on use
+                    self._mapping = None
+        elif MAPPED:
+            _set_file_length(self.path, length)
+        else:
+            with self._handle.pinned() as fd:
+                os.ftruncate(fd, length)
         self._reserved = min(self._reserved, length)
         entries = min(self.entries, length // self.entry.size)
         if entries != self.entries:
@@ -168,6 +259,9 @@ class AbstractIndex:
         return True
 
     def trim_to_valid_size(self) -> None:
+        """Trim to the valid entries (roll, close, recovery's end): no room is left to write,
+        so a mapped index is unmapped first."""
+        self._unmap()
         self.resize(self.size_bytes)
 
     def reset(self) -> None:
@@ -179,7 +273,7 @@ class AbstractIndex:
     # -- entries -------------------------------------------------------------------------------
     def _entry(self, n: int) -> tuple[int, ...]:
         assert 0 <= n < self.entries, (self.path, n, self.entries)
-        return self.entry.unpack_from(self._entries_bytes(), n * self.entry.size)
+        return self.entry.unpack_from(self._entries_buffer(), n * self.entry.size)
 
     def _last_raw(self) -> tuple[int, ...]:
         last = self._last
@@ -190,42 +284,80 @@ class AbstractIndex:
     def reserve_next(self) -> None:
         """Give the next entry's bytes disk blocks (``posix_fallocate``, 64 KiB at a time), so
         that a full filesystem fails here with ENOSPC, before anything is written. (Kafka
-        preallocates sparse files and maps them: a full disk is a SIGBUS there.)"""
+        preallocates sparse files and maps them: a full disk is a SIGBUS there.) Mapped, the
+        index is mapped here too, so that no write after this one needs a descriptor."""
         end = (self.entries + 1) * self.entry.size
-        if end <= self._reserved or end > self._length:
+        if end > self._length:
+            return
+        mapping = self._mapping
+        if mapping is None and MAPPED:
+            mapping = self._map()
+        if end <= self._reserved:
             return
         upto = min(self._length, -(-end // _RESERVE_CHUNK) * _RESERVE_CHUNK)
-        with self._handle.pinned() as fd:
-            os.posix_fallocate(fd, self._reserved, upto - self._reserved)
+        if mapping is not None:  # a descriptor for this call only (_set_file_length's reason)
+            fd = open_fd(self.path, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                os.posix_fallocate(fd, self._reserved, upto - self._reserved)
+            finally:
+                os.close(fd)
+        else:
+            with self._handle.pinned() as fd:
+                os.posix_fallocate(fd, self._reserved, upto - self._reserved)
         self._reserved = upto
 
     def next_entry_reserved(self) -> bool:
-        """Whether :meth:`reserve_next` has nothing to do (the next entry has its blocks)."""
+        """Whether :meth:`reserve_next` has nothing to do (the next entry has its blocks and,
+        mapped, the index its mapping)."""
         end = (self.entries + 1) * self.entry.size
-        return end <= self._reserved or end > self._length
+        if end > self._length:
+            return True
+        return end <= self._reserved and (self._mapping is not None or not MAPPED)
 
-    def native_scratch(self) -> bytearray | None:
-        """One entry's bytes for the native append (storagecore.records.append_uncompressed) to
-        write the entry it is due into, with that entry's disk blocks already reserved (so a full
-        disk fails here, before anything is written); :meth:`entry_written` then writes it to the
-        file. None when the index is full: the general path rolls."""
+    def native_target(self) -> _mapping.Mapping | bytearray | None:
+        """Where the native append (storagecore.records.append_uncompressed) writes the entry it
+        is due, at entry :attr:`native_slot`: the mapping, or unmapped a one-entry buffer that
+        :meth:`entry_written` then writes to the file. The entry's disk blocks are reserved
+        (and the index mapped) first, so that a full disk or a missing descriptor fails here,
+        before anything is written. None when the index is full: the general path rolls."""
         if self.entries >= self.max_entries:
             return None
         if not self.next_entry_reserved():
             self.reserve_next()
-        return self._scratch
+        mapping = self._mapping
+        return self._scratch if mapping is None else mapping
+
+    @property
+    def native_slot(self) -> int:
+        """The entry of :meth:`native_target` the native append writes: the next one when
+        mapped, else 0 (the one-entry buffer)."""
+        return 0 if self._mapping is None else self.entries
 
     def entry_written(self, values: tuple[int, ...]) -> None:
-        """The entry the native append was due (written into :meth:`native_scratch`), as
-        :meth:`_write_entry` writes it: these indexes are not mapped (they hold no descriptor:
-        storagecore.file_cache), so the entry goes to the file with one ``pwrite``."""
-        self._write_entry(values)
+        """The entry the native append was due, written into :meth:`native_target`: mapped, it
+        is in place and counted here; unmapped, it goes to the file with one ``pwrite``."""
+        if self._mapping is None:
+            self._write_entry(values)
+            return
+        assert self.entries < self.max_entries, (self.path, self.entries)
+        self._dirty = True
+        self.entries += 1
+        self._last = values
+        for field, column in self._columns.items():
+            column.append(values[field])
 
     def _write_entry(self, values: tuple[int, ...]) -> None:
         if self.entries >= self.max_entries:
             raise AssertionError(f"{self.path}: append to a full index ({self.entries} entries)")
-        if (self.entries + 1) * self.entry.size > self._reserved:
+        if (self.entries + 1) * self.entry.size > self._reserved or (
+            MAPPED and self._mapping is None
+        ):
             self.reserve_next()
+        mapping = self._mapping
+        if mapping is not None:
+            self.entry.pack_into(mapping, self.entries * self.entry.size, *values)
+            self.entry_written(values)
+            return
         raw = self.entry.pack(*values)
         position = self.entries * self.entry.size
         fd = self._handle.acquire()
@@ -251,7 +383,7 @@ class AbstractIndex:
         columns = self._columns
         column = columns.get(field)
         if column is None:
-            raw = self._entries_bytes() if self.entries else b""
+            raw = self._valid_bytes()
             typecode = self.entry.format[1 + field]
             column = array.array(typecode, (e[field] for e in self.entry.iter_unpack(raw)))
             columns[field] = column
@@ -263,7 +395,7 @@ class AbstractIndex:
         loop over the mmap. Every entry format here is made of whole 32-bit words."""
         words = array.array(typecode)
         if self.entries:
-            words.frombytes(self._entries_bytes()[: self.entries * self.entry.size])
+            words.frombytes(self._valid_bytes())
             if sys.byteorder == "little":
                 words.byteswap()
         return words
@@ -300,10 +432,17 @@ class AbstractIndex:
             del data[entries * self.entry.size :]
 
     def flush(self) -> None:
-        if self._dirty and not self._handle.closed:
+        """msync of the mapping (Kafka's ``MappedByteBuffer.force``), or ``fsync`` when not
+        mapped (a trim unmapped it: the written pages are in the page cache either way)."""
+        if not self._dirty or self._handle.closed:
+            return
+        mapping = self._mapping
+        if mapping is not None:
+            durability.flush_mmap(mapping)
+        else:
             with self._handle.pinned() as fd:
                 durability.fsync_fd(fd)
-            self._dirty = False
+        self._dirty = False
 
     def close(self) -> None:
         if self._handle.closed:
@@ -316,6 +455,10 @@ class AbstractIndex:
         """Close handles only (an offline dir, the loader's throw-away opens, crash tests)."""
         if self._handle.closed:
             return
+        try:
+            self._unmap()
+        except BufferError as exc:  # a bug: nothing holds an index's buffer past one call
+            raise AssertionError(f"{self.path}: closed while its mapping is in use") from exc
         try:
             self._handle.close()
         except (OSError, ValueError) as exc:
@@ -343,6 +486,8 @@ class AbstractIndex:
         durability.rename(self.path, target)
         self.path = target
         self._handle.path = target
+        if self._mapping is not None:
+            self._mapping.path = target  # the mapping follows the inode; resizes open the name
 
     def delete(self) -> None:
         self.close_without_trim()

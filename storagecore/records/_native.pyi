@@ -5,7 +5,8 @@ checks that this list and the built module's agree.
 """
 
 from collections.abc import Sequence
-from mmap import mmap
+
+from typing_extensions import Buffer
 
 from storagecore.records.columns_types import Decompress
 
@@ -81,9 +82,9 @@ def append_uncompressed(
     after_max_ms: int,
     segment_base_offset: int,
     max_timestamp_no_roll: int,
-    offset_index: bytearray | mmap | None,
+    offset_index: Buffer | None,
     offset_entries: int,
-    time_index: bytearray | mmap | None,
+    time_index: Buffer | None,
     time_entries: int,
     time_last_timestamp: int,
     bytes_since_last_index_entry: int,

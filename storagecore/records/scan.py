@@ -15,12 +15,14 @@ common-case append, :meth:`storagecore.local_log.LocalLog.append_native`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from mmap import mmap
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from storagecore.native import load_extension
 from storagecore.records import _scan_py
 from storagecore.records.scan_types import ScanResult
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 _Scan = Callable[[bytes | memoryview, int, int], ScanResult]
 #: (out, next_offset, now_ms, client, replication, compact, max_message_bytes, leader_epoch,
@@ -32,14 +34,15 @@ ValidateUncompressed = Callable[
 ]
 #: (data, fd, position, next_offset, now_ms, client, replication, compact, max_message_bytes,
 #:  leader_epoch, before_max_ms, after_max_ms, segment_base_offset, max_timestamp_no_roll,
-#:  offset_index, offset_entries, time_index, time_entries, time_last_timestamp,
+#:  offset_index, offset_entries, time_index, time_entries (writable buffers, the entry written
+#:  at), time_last_timestamp,
 #:  bytes_since_last_index_entry, index_interval_bytes, max_timestamp_so_far,
 #:  offset_of_max_timestamp_so_far) ->
 #:  (first, last, max_ts, offset_of_max, records, batches, unwritten bytes or None,
 #:  index entries written) or None; see storagecore/records/_native.c.
 AppendUncompressed = Callable[
     [bytes | bytearray | memoryview, int, int, int, int, bool, bool, bool, int, int, int, int,
-     int, int, bytearray | mmap | None, int, bytearray | mmap | None, int, int, int, int, int,
+     int, int, "Buffer | None", int, "Buffer | None", int, int, int, int, int,
      int],
     tuple[int, int, int, int, int, int, bytearray | None, int] | None,
 ]  # fmt: skip

@@ -11,7 +11,11 @@ import pytest
 
 from storagecore.native import load_extension
 
-MODULES = ["storagecore.cleaner._native", "storagecore.records._native"]
+MODULES = [
+    "storagecore.cleaner._native",
+    "storagecore.index._mapping",
+    "storagecore.records._native",
+]
 ROOT = Path(__file__).resolve().parents[3]
 
 
