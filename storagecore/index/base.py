@@ -31,9 +31,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from storagecore import durability
+from storagecore import durability, file_cache
 from storagecore.errors import CorruptIndexError
-from storagecore.file_cache import FileCache, Handle, OpenFile, open_fd, open_handle
+from storagecore.file_cache import FileCache, Handle, OpenFile, open_handle
 from storagecore.native import load_extension
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ IMPLEMENTATION: Final = "c" if MAPPED else "python"
 def _set_file_length(path: Path, length: int) -> None:
     """``ftruncate`` of ``path`` (created if missing) through a descriptor held for this call
     only, as Kafka's resize opens a RandomAccessFile: a mapped index keeps none."""
-    fd = open_fd(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+    fd = file_cache.open_fd(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
     try:
         os.ftruncate(fd, length)
     finally:
@@ -296,7 +296,7 @@ class AbstractIndex:
             return
         upto = min(self._length, -(-end // _RESERVE_CHUNK) * _RESERVE_CHUNK)
         if mapping is not None:  # a descriptor for this call only (_set_file_length's reason)
-            fd = open_fd(self.path, os.O_RDWR | os.O_CLOEXEC)
+            fd = file_cache.open_fd(self.path, os.O_RDWR | os.O_CLOEXEC)
             try:
                 os.posix_fallocate(fd, self._reserved, upto - self._reserved)
             finally:
@@ -439,6 +439,12 @@ class AbstractIndex:
         mapping = self._mapping
         if mapping is not None:
             durability.flush_mmap(mapping)
+        elif MAPPED:  # a descriptor for this call only (_set_file_length's reason)
+            fd = file_cache.open_fd(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                durability.fsync_fd(fd)
+            finally:
+                os.close(fd)
         else:
             with self._handle.pinned() as fd:
                 durability.fsync_fd(fd)

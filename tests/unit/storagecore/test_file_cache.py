@@ -3,9 +3,11 @@ and resource errors (EMFILE, ENFILE, ENOMEM) that fail one request and never a d
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +15,8 @@ from storagecore import LogConfig, LogManager, ManualClock, TopicPartition
 from storagecore import file_cache as file_cache_module
 from storagecore.errors import ResourceExhaustedError
 from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
+from storagecore.index import MAPPED
+from storagecore.index import base as index_base
 from storagecore.records.batch import iter_complete_batches
 from storagecore.records.file_records import FileRecords
 from tests.conftest import START_MS, batch
@@ -198,3 +202,104 @@ def test_an_append_retried_after_a_resource_error_is_written_once(
         info = logs[0].append(batch(2, start_ms=START_MS + 50))
         assert info.first_offset == 20 and not failures
         assert [r.offset for r in logs[0].records()] == list(range(22))
+
+
+def descriptors_and_mappings(directory: Path) -> tuple[list[str], list[str]]:
+    """Paths (relative to ``directory``) of the files under it that this process holds a
+    descriptor of, and of those it maps (/proc/self/maps: what counts against
+    vm.max_map_count)."""
+    prefix = str(directory) + os.sep
+    held = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor
+            target = os.readlink(f"/proc/self/fd/{name}")
+            if target.startswith(prefix):
+                held.append(target.removeprefix(prefix))
+    with open("/proc/self/maps") as maps:
+        mapped = [
+            line.split(maxsplit=5)[5].strip().removeprefix(prefix)
+            for line in maps
+            if len(line.split(maxsplit=5)) == 6 and line.split(maxsplit=5)[5].startswith(prefix)
+        ]
+    return held, mapped
+
+
+def test_appended_to_indexes_hold_no_descriptor_and_only_active_ones_are_mapped(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    with LogManager(
+        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
+    ) as manager:
+        logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(3)]
+        for n in range(40):
+            for log in logs:
+                log.append(batch(2, start_ms=START_MS + n))
+                segment = log.active_segment
+                if segment.offset_index.entries:  # the native append or the general path
+                    assert segment.offset_index.mapped is MAPPED
+        assert all(len(log.segments) > 10 for log in logs)
+        next_ms = START_MS + 40
+        for log in logs:  # end with an entry in each active segment
+            while not log.active_segment.offset_index.entries:
+                log.append(batch(2, start_ms=next_ms))
+                next_ms += 1
+        held, mapped = descriptors_and_mappings(tmp_path.resolve())
+        indexes = [name for name in held if name.endswith(("index", "timeindex"))]
+        stats = manager.file_cache.stats()
+        if MAPPED:
+            assert indexes == [], "a mapped index keeps no descriptor"
+            # Active segments' indexes (mapped by their first write), none of the rolled ones'.
+            active = {
+                str(index.path.relative_to(tmp_path.resolve()))
+                for log in logs
+                for index in (log.active_segment.offset_index, log.active_segment.time_index)
+                if index.mapped
+            }
+            assert len(active) == 2 * len(logs) and set(mapped) == active == set(mapped)
+            assert len(mapped) == len(active), "one mapping per index"
+            logs_held = [name for name in held if name.endswith(".log")]
+            assert stats.open_files == len(logs_held) <= 16, "the cache holds every one"
+        else:
+            assert mapped == [] and stats.open_files <= 16
+        for log in logs:  # index lookups through mapped and read (unmapped) indexes agree
+            end = log.log_end_offset
+            assert [r.offset for r in log.records()] == list(range(end))
+            for offset in range(0, end, 9):
+                assert offsets_of(log.read(offset, 1).records)[0] <= offset
+            assert sum(s.offset_index.mapped for s in log.segments) == (1 if MAPPED else 0)
+    held, mapped = descriptors_and_mappings(tmp_path.resolve())
+    assert held == [] and mapped == []
+
+
+@pytest.mark.skipif(not MAPPED, reason="the index mapping extension is not loaded")
+@pytest.mark.parametrize("failures", [1, 2])
+def test_enomem_on_mapping_an_index_fails_the_append_only_and_never_the_dir(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, failures: int
+) -> None:
+    real = index_base._MAPPING
+    assert real is not None
+    left = [failures]
+
+    def failing_mapping(path: Path) -> object:
+        if left[0]:
+            left[0] -= 1
+            raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM), str(path))
+        return real.Mapping(path)
+
+    with LogManager(
+        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
+    ) as manager:
+        log = manager.get_or_create_log(TopicPartition("t", 0))
+        monkeypatch.setattr(index_base, "_MAPPING", SimpleNamespace(Mapping=failing_mapping))
+        # The segment's first append maps its indexes, before anything is written.
+        if failures == 2:  # the Log's retry fails too: this request fails, retriable
+            with pytest.raises(ResourceExhaustedError, match="stays online"):
+                log.append(batch(2, start_ms=START_MS))
+            assert log.log_end_offset == 0 and log.active_segment.size_bytes == 0
+        info = log.append(batch(2, start_ms=START_MS))
+        assert left == [0], "the mapping failed as many times as asked"
+        assert info.first_offset == 0 and log.active_segment.offset_index.mapped
+        log.append(batch(2, start_ms=START_MS + 1))
+        assert log.active_segment.offset_index.entries == 1
+        assert not log.offline and manager.offline_dirs == []
+        assert [r.offset for r in log.records()] == list(range(4))
