@@ -332,6 +332,10 @@ class LocalLog:
             return None
         next_offset = segment.next_offset()
         offset_index, time_index = segment.offset_index, segment.time_index
+        # The mapped indexes and the entry each is written at, or (unmapped) one-entry buffers
+        # that native_appended writes out (storagecore.index.base).
+        offset_target, offset_slot = offset_index.native_target()
+        time_target, time_slot = time_index.native_target()
         fd = file.pinned_fd()  # Log.append pinned the active segment's files
         result = append_uncompressed(
             data,
@@ -348,12 +352,10 @@ class LocalLog:
             settings.message_timestamp_after_max_ms,
             segment.base_offset,
             max_timestamp_no_roll,
-            # The mapped indexes, or (unmapped) one-entry buffers that native_appended writes
-            # out (storagecore.index.base); the entry each is written at.
-            offset_index.native_target(),
-            offset_index.native_slot,
-            time_index.native_target(),
-            time_index.native_slot,
+            offset_target,
+            offset_slot,
+            time_target,
+            time_slot,
             time_index.last_timestamp,
             segment.bytes_since_last_index_entry,
             segment.index_interval_bytes,

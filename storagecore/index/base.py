@@ -314,24 +314,23 @@ class AbstractIndex:
             return True
         return end <= self._reserved and (self._mapping is not None or not MAPPED)
 
-    def native_target(self) -> _mapping.Mapping | bytearray | None:
+    def native_target(self) -> tuple[_mapping.Mapping | bytearray | None, int]:
         """Where the native append (storagecore.records.append_uncompressed) writes the entry it
-        is due, at entry :attr:`native_slot`: the mapping, or unmapped a one-entry buffer that
-        :meth:`entry_written` then writes to the file. The entry's disk blocks are reserved
-        (and the index mapped) first, so that a full disk or a missing descriptor fails here,
-        before anything is written. None when the index is full: the general path rolls."""
-        if self.entries >= self.max_entries:
-            return None
+        is due, and the entry it writes there: the mapping and the next entry, or unmapped a
+        one-entry buffer (entry 0) that :meth:`entry_written` then writes to the file. The
+        entry's disk blocks are reserved (and the index mapped) first, so that a full disk or a
+        missing descriptor fails here, before anything is written. None when the index is
+        full: the general path rolls."""
+        entries = self.entries
+        mapping = self._mapping
+        if mapping is not None and (entries + 1) * self.entry.size <= self._reserved:
+            return mapping, entries  # the common case, in one test
+        if entries >= self.max_entries:
+            return None, 0
         if not self.next_entry_reserved():
             self.reserve_next()
         mapping = self._mapping
-        return self._scratch if mapping is None else mapping
-
-    @property
-    def native_slot(self) -> int:
-        """The entry of :meth:`native_target` the native append writes: the next one when
-        mapped, else 0 (the one-entry buffer)."""
-        return 0 if self._mapping is None else self.entries
+        return (self._scratch, 0) if mapping is None else (mapping, entries)
 
     def entry_written(self, values: tuple[int, ...]) -> None:
         """The entry the native append was due, written into :meth:`native_target`: mapped, it
@@ -343,8 +342,9 @@ class AbstractIndex:
         self._dirty = True
         self.entries += 1
         self._last = values
-        for field, column in self._columns.items():
-            column.append(values[field])
+        if self._columns:
+            for field, column in self._columns.items():
+                column.append(values[field])
 
     def _write_entry(self, values: tuple[int, ...]) -> None:
         if self.entries >= self.max_entries:
