@@ -235,14 +235,23 @@ class AbstractIndex:
         if mapping is not None:
             try:
                 mapping.resize(length)
-            finally:
-                if mapping.closed:  # the new length could not be mapped: map again on use
-                    self._mapping = None
+            except OSError:
+                if not mapping.closed:
+                    raise  # the file could not be opened or truncated: nothing changed
+                # The file has its new length, only the new mapping failed (ENOMEM): unmapped
+                # now, mapped again by the next write; the caller gets the error.
+                self._mapping = None
+                self._length_set(length)
+                raise
         elif MAPPED:
             _set_file_length(self.path, length)
         else:
             with self._handle.pinned() as fd:
                 os.ftruncate(fd, length)
+        self._length_set(length)
+
+    def _length_set(self, length: int) -> None:
+        """The bookkeeping of a file now ``length`` bytes long."""
         self._reserved = min(self._reserved, length)
         entries = min(self.entries, length // self.entry.size)
         if entries != self.entries:

@@ -9,6 +9,8 @@ import errno
 import os
 import resource
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -221,3 +223,50 @@ def test_a_renamed_mapped_index_resizes_under_its_new_name(tmp_path: Path) -> No
     swap = tmp_path / "00000000000000000000.index.swap"
     assert swap.read_bytes() == ENTRY.pack(3, 30) + ENTRY.pack(4, 40)
     index.close()
+
+
+# Run in a child process: the address-space limit that makes mmap fail with ENOMEM would fail
+# the test process's own allocations too.
+_ENOMEM_CHILD = """
+import errno, resource, sys
+from pathlib import Path
+from storagecore.file_cache import is_resource_exhausted
+from storagecore.index import OffsetIndex
+
+index = OffsetIndex(Path(sys.argv[1]), 0, 64 * 8)
+index.append(1, 10)
+assert index.mapped
+with open("/proc/self/status") as status:
+    vm_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+resource.setrlimit(resource.RLIMIT_AS, ((vm_kib << 10) + (4 << 20), hard))
+try:
+    index.resize(64 << 20)  # truncated to 64 MiB, then too large to map
+except OSError as exc:
+    assert exc.errno == errno.ENOMEM and is_resource_exhausted(exc), exc
+    assert str(index.path) in str(exc), exc
+else:
+    raise AssertionError("the mapping did not fail")
+resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+assert not index.mapped and index.length_bytes == Path(sys.argv[1]).stat().st_size == 64 << 20
+assert index.max_entries == 8 << 20 and index.entries == 1
+index.append(2, 20)  # mapped again by the next write
+assert index.mapped and index.lookup(2).position == 20
+index.close()
+assert Path(sys.argv[1]).read_bytes() == bytes.fromhex("000000010000000a0000000200000014")
+print("ok")
+"""
+
+
+@needs_native
+def test_enomem_when_a_resize_maps_again_leaves_a_consistent_unmapped_index(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _ENOMEM_CHILD, str(tmp_path / "00000000000000000000.index")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
