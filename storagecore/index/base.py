@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import array
 import bisect
+import contextlib
 import logging
 import os
 import struct
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -50,12 +52,14 @@ MAPPED: Final = _MAPPING is not None
 IMPLEMENTATION: Final = "c" if MAPPED else "python"
 
 
-def _set_file_length(path: Path, length: int) -> None:
-    """``ftruncate`` of ``path`` (created if missing) through a descriptor held for this call
-    only, as Kafka's resize opens a RandomAccessFile: a mapped index keeps none."""
-    fd = file_cache.open_fd(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+@contextlib.contextmanager
+def _descriptor_for_one_call(path: Path, flags: int) -> Iterator[int]:
+    """A descriptor of ``path`` closed after the block (one ``ftruncate``, ``posix_fallocate``
+    or ``fsync``), as Kafka's resize opens a RandomAccessFile: a mapped index keeps none. Its
+    EMFILE, ENFILE or ENOMEM is the caller's resource error (storagecore.file_cache)."""
+    fd = file_cache.open_fd(path, flags | os.O_CLOEXEC)
     try:
-        os.ftruncate(fd, length)
+        yield fd
     finally:
         os.close(fd)
 
@@ -100,8 +104,8 @@ class AbstractIndex:
                 path, os.O_RDWR, cache, create=new_file, on_close=self._drop_entries
             )
         else:
-            # Mapped, a file to write is created and sized by _set_length below without the
-            # cache: no idle descriptor of it is left there.
+            # Mapped, a file to write is created and sized by _set_length below, not through
+            # the cache: no idle descriptor of it is left there.
             self._handle = cache.file(path, os.O_RDWR, on_close=self._drop_entries)
         # The mapping entries are written into (MAPPED), made on the first write and dropped
         # by a trim: None while the index is only read.
@@ -244,7 +248,8 @@ class AbstractIndex:
                 self._length_set(length)
                 raise
         elif MAPPED:
-            _set_file_length(self.path, length)
+            with _descriptor_for_one_call(self.path, os.O_RDWR | os.O_CREAT) as fd:
+                os.ftruncate(fd, length)
         else:
             with self._handle.pinned() as fd:
                 os.ftruncate(fd, length)
@@ -304,15 +309,12 @@ class AbstractIndex:
         if end <= self._reserved:
             return
         upto = min(self._length, -(-end // _RESERVE_CHUNK) * _RESERVE_CHUNK)
-        if mapping is not None:  # a descriptor for this call only (_set_file_length's reason)
-            fd = file_cache.open_fd(self.path, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                os.posix_fallocate(fd, self._reserved, upto - self._reserved)
-            finally:
-                os.close(fd)
-        else:
-            with self._handle.pinned() as fd:
-                os.posix_fallocate(fd, self._reserved, upto - self._reserved)
+        with (
+            _descriptor_for_one_call(self.path, os.O_RDWR)
+            if mapping is not None
+            else self._handle.pinned()
+        ) as fd:
+            os.posix_fallocate(fd, self._reserved, upto - self._reserved)
         self._reserved = upto
 
     def next_entry_reserved(self) -> bool:
@@ -448,14 +450,12 @@ class AbstractIndex:
         mapping = self._mapping
         if mapping is not None:
             durability.flush_mmap(mapping)
-        elif MAPPED:  # a descriptor for this call only (_set_file_length's reason)
-            fd = file_cache.open_fd(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                durability.fsync_fd(fd)
-            finally:
-                os.close(fd)
         else:
-            with self._handle.pinned() as fd:
+            with (
+                _descriptor_for_one_call(self.path, os.O_RDONLY)
+                if MAPPED
+                else self._handle.pinned()
+            ) as fd:
                 durability.fsync_fd(fd)
         self._dirty = False
 
