@@ -47,6 +47,7 @@ from storagepipeline.partition_clean import (
     clean_partition,
     delete_cleaned,
 )
+from storagepipeline.worker_gc import freeze_long_lived
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +246,8 @@ def _bins(tasks: Sequence[PartitionCleanTask], slots: int) -> list[list[Partitio
 
 
 def _clean_bin(tasks: Sequence[PartitionCleanTask]) -> list[dict[str, Any]]:
+    """One Spark task (on an executor): its partitions cleaned one after the other."""
+    freeze_long_lived()
     return [clean_partition(task) for task in tasks]
 
 
