@@ -241,12 +241,27 @@ def timed_compact(
     """Seconds, records read, and the job's phases (:data:`storagepipeline.compact.PHASES`)."""
     fresh_copy(source, data_dir)
     phases: dict[str, float] = {}
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = set(tracker.getJobIdsForGroup())
     start = time.perf_counter()
     results = compact(
         spark, str(data_dir), topics=[TOPIC], configs={TOPIC: CONFIG}, now_ms=NOW_MS, phases=phases
     )
     elapsed = time.perf_counter() - start
+    phases.update(spark_work(tracker, sorted(set(tracker.getJobIdsForGroup()) - jobs_before)))
     return elapsed, sum(r.stats["messages_read"] for r in results), phases
+
+
+def spark_work(tracker: Any, jobs: Sequence[int]) -> dict[str, float]:
+    """How many Spark jobs, stages and tasks a run took (each job pays Spark's scheduling and
+    the Python workers' round trips)."""
+    stages = [stage for job in jobs for stage in getattr(tracker.getJobInfo(job), "stageIds", [])]
+    infos = [tracker.getStageInfo(stage) for stage in stages]
+    return {
+        "spark_jobs": len(jobs),
+        "spark_stages": len(stages),
+        "spark_tasks": sum(info.numTasks for info in infos if info is not None),
+    }
 
 
 def timed_core(source: Path, data_dir: Path) -> tuple[float, int]:
@@ -292,13 +307,18 @@ def best_compact(
 
 def phase_line(label: str, seconds: float, phases: dict[str, float]) -> str:
     """The best run's phases: the driver's own work (everything but ``clean``) is the serial
-    part that bounds the local[2] / local[1] ratio; ``clean`` less the executors' time per
-    slot is Spark's scheduling of the job."""
+    part that bounds the local[2] / local[1] ratio; ``clean`` less the executors' busy span is
+    Spark's cost of the job (scheduling, the Python workers' round trips, the results)."""
     named = " ".join(f"{name} {phases.get(name, 0.0):.3f}" for name in PHASES)
     driver = seconds - phases.get("clean", 0.0)
+    span = phases.get("executor_span", 0.0)
     return (
         f"  {label} phases (s): {named}; driver outside Spark {driver:.3f}; "
-        f"executors in clean_partition {phases.get('partition_seconds', 0.0):.3f} (summed)"
+        f"executors in clean_partition {phases.get('partition_seconds', 0.0):.3f} (summed), "
+        f"busy span {span:.3f} (first start to last end), Spark's job cost "
+        f"{phases.get('clean', 0.0) - span:.3f} (clean less the span); "
+        f"{phases.get('spark_jobs', 0):.0f} Spark job(s), {phases.get('spark_stages', 0):.0f} "
+        f"stage(s), {phases.get('spark_tasks', 0):.0f} task(s)"
     )
 
 

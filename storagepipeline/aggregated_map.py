@@ -49,6 +49,7 @@ from storagecore.transactions import AbortedTxn, ProducerLastBatch
 from storagepipeline import columnar, reading
 from storagepipeline.logdirs import PartitionSnapshot, SegmentRef, clip
 from storagepipeline.partition_clean import SegmentFile
+from storagepipeline.worker_gc import freeze_long_lived
 
 #: The job never skips: a corrupt batch or a missing range fails it (nothing is swapped).
 _STRICT = reading.ReadOptions(fail_on_corruption=True, fail_on_data_loss=True)
@@ -282,8 +283,15 @@ def run(
     tasks = spark.sparkContext.parallelize(
         [(task.gid, task) for task in group_tasks], len(group_tasks)
     )
-    cleaned = tasks.cogroup(pairs, numPartitions=len(group_tasks)).map(_clean_cogrouped).collect()
+    cleaned = tasks.cogroup(pairs, numPartitions=len(group_tasks)).map(_clean_on_executor).collect()
     return {result["gid"]: result for result in cleaned}
+
+
+def _clean_on_executor(
+    item: tuple[int, tuple[Iterable[GroupTask], Iterable[tuple[bytes, int]]]],
+) -> dict[str, Any]:
+    freeze_long_lived()  # see storagepipeline.worker_gc
+    return _clean_cogrouped(item)
 
 
 def _clean_cogrouped(
@@ -316,6 +324,7 @@ def _arrow_frame(
             return [InputPartition(i) for i in range(len(tasks))]
 
         def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            freeze_long_lived()  # on the executor: see storagepipeline.worker_gc
             yield from read(tasks[partition.value])
 
     name = f"logkeeper_compact_{what}_{uuid.uuid4().hex}"

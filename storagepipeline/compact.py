@@ -47,6 +47,7 @@ from storagepipeline.partition_clean import (
     clean_partition,
     delete_cleaned,
 )
+from storagepipeline.worker_gc import freeze_long_lived
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +90,10 @@ def compact(
     ``map_bytes`` bounds one executor's offset map: a partition with more dirty keys than it
     holds is cleaned through the aggregated map. ``phases``, when given, receives the seconds
     of each of :data:`PHASES` (the driver's clock; ``clean`` is the Spark work) and
-    ``partition_seconds``, the executors' time in :func:`clean_partition`, summed: what the
-    benchmark prints to tell the driver's serial work from the parallel part."""
+    ``partition_seconds``, the executors' time in :func:`clean_partition`, summed, and
+    ``executor_span``, from the first partition's start to the last one's end (epoch clocks of
+    the executors): what the benchmark prints to tell the driver's serial work, Spark's per-job
+    cost (``clean`` less the span) and the parallel part apart."""
     configs = dict(configs or {})
     now = int(time.time() * 1000) if now_ms is None else now_ms
     root = Path(data_dir)
@@ -117,6 +120,10 @@ def compact(
             raise
         clock.lap("clean")
         clock.add("partition_seconds", sum(s.get("partition_seconds", 0.0) for s in stats))
+        ran = [s for s in stats if "started_at" in s]
+        if ran:
+            span = max(s["finished_at"] for s in ran) - min(s["started_at"] for s in ran)
+            clock.add("executor_span", span)
         # The swaps are fsync-bound and each holds only its own log's lock: one thread per
         # partition (the checkpoint update is serialized by the manager).
         with ThreadPoolExecutor(max_workers=max(min(len(plans), _SWAP_THREADS), 1)) as pool:
@@ -245,6 +252,8 @@ def _bins(tasks: Sequence[PartitionCleanTask], slots: int) -> list[list[Partitio
 
 
 def _clean_bin(tasks: Sequence[PartitionCleanTask]) -> list[dict[str, Any]]:
+    """One Spark task (on an executor): its partitions cleaned one after the other."""
+    freeze_long_lived()
     return [clean_partition(task) for task in tasks]
 
 

@@ -122,10 +122,13 @@ def map_bytes_for(span_offsets: int, map_bytes_max: int, load_factor: float) -> 
 def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
     """Map the dirty range and, when it fits, write every group's ``.cleaned`` segment.
 
-    Returns ``index``, ``fits`` (False: nothing written, the map filled first), ``keys`` and,
+    Returns ``index``, ``fits`` (False: nothing written, the map filled first), ``keys``,
+    ``partition_seconds``, ``started_at`` and ``finished_at`` (epoch seconds) and,
     when it fits, ``cleaned_sizes`` (bytes per group) and the cleaner's figures summed over
     the groups."""
-    started = time.perf_counter()
+    # The wall clock too (epoch seconds): the benchmark's phases tell the executors' busy span
+    # from the job's overhead with them (same host in local mode; a cluster's clocks may differ).
+    started, started_at = time.perf_counter(), time.time()
     tp = TopicPartition(task.topic, task.partition)
     source = FileMapSource.open(
         tp,
@@ -150,6 +153,8 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
                 "fits": False,
                 "keys": offset_map.size,
                 "partition_seconds": time.perf_counter() - started,
+                "started_at": started_at,
+                "finished_at": time.time(),
             }
         end_offset = max(offset_map.latest_offset + 1, task.first_dirty_offset)
         assert end_offset == task.end_offset, (tp, end_offset, task.end_offset)
@@ -184,6 +189,8 @@ def clean_partition(task: PartitionCleanTask) -> dict[str, Any]:
             "keys": offset_map.size,
             "cleaned_sizes": sizes,
             "partition_seconds": time.perf_counter() - started,
+            "started_at": started_at,
+            "finished_at": time.time(),
             **stats.as_dict(),
         }
     except BaseException:

@@ -92,8 +92,10 @@ def test_compact_writes_what_the_core_cleaner_writes(
     )
     assert [(r.topic, r.partition) for r in results] == [("profiles", 0), ("profiles", 1)]
     # The driver's clock over each phase, and the executors' own time (the benchmark's lines).
-    assert list(phases) == [*PHASES[:3], "partition_seconds", *PHASES[3:]]
+    assert list(phases) == [*PHASES[:3], "partition_seconds", "executor_span", *PHASES[3:]]
     assert all(seconds >= 0 for seconds in phases.values()) and phases["partition_seconds"] > 0
+    # The executors' busy span lies within the Spark phase that holds it.
+    assert 0 < phases["executor_span"] <= phases["clean"]
     core_files = segment_files(by_core, "profiles")
     spark_files = segment_files(by_spark, "profiles")
     assert core_files.keys() == spark_files.keys()

@@ -158,6 +158,8 @@ def test_a_map_too_small_writes_nothing(tmp_path: Path, clock: ManualClock) -> N
     with opened(source, clock) as log:
         result = clean(planned(log), map_bytes_max=24 * 8)
     assert result.pop("partition_seconds") > 0  # the executor's own time, for the benchmark
+    started_at, finished_at = result.pop("started_at"), result.pop("finished_at")
+    assert 0 < finished_at - started_at < 600  # epoch seconds: the benchmark's busy span
     assert result == {"index": 0, "fits": False, "keys": 7}  # 8 slots at load factor 0.9
     assert not list(source.glob(f"*{files.CLEANED_SUFFIX}"))
 
