@@ -17,7 +17,10 @@ codec, records/s and MB/s (of the segment's bytes) of one cleaning round over th
   the round includes what Kafka's harness leaves out (indexes, swap, checkpoint-ready stats);
 * ``logkeeper clean`` as a whole process (interpreter start, imports, loading the log, the
   round, the swap, exit) on a fresh copy, wall time of the subprocess, best of ``--runs``; the
-  packages are byte-compiled first, as an installed wheel has them;
+  packages are byte-compiled first, as an installed wheel has them; measured both ways the
+  topic's config can be given, in turns within the same run: ``--topics`` (a Topic manifest,
+  parsed with PyYAML) and ``--config cleanup.policy=compact --config segment.bytes=...`` (the
+  same config, no YAML);
 
 with the ratio to Kafka's warm figure and whether our cleaned segment is byte-identical to
 Kafka's output. Then (``--big``) the peak RSS of ``logkeeper clean`` over a log of
@@ -77,6 +80,10 @@ spec:
     cleanup.policy: compact
     segment.bytes: {SEGMENT_BYTES}
 """
+# The same config as --config assignments (the process then imports no YAML parser).
+CONFIG_ARGS = (
+    "--config", "cleanup.policy=compact", "--config", f"segment.bytes={SEGMENT_BYTES}",
+)  # fmt: skip
 # Targets (issue): ratios to Kafka's warm records/s, absolute records/s, memory.
 IN_PROCESS_RATIO_MIN = 3.0
 IN_PROCESS_RECORDS_PER_S_MIN = 5_000_000
@@ -181,13 +188,18 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+def config_args(topics: Path | None) -> list[str]:
+    """The topic's config for ``logkeeper clean``: the manifest file, or (None) CONFIG_ARGS."""
+    return ["--topics", str(topics)] if topics is not None else list(CONFIG_ARGS)
+
+
 def run_logkeeper_clean(
-    work: Path, topics: Path, dedupe_bytes: int, *, peak_rss: bool = False
+    work: Path, topics: Path | None, dedupe_bytes: int, *, peak_rss: bool = False
 ) -> tuple[float, int, str]:
     """Wall time, peak RSS in bytes (0 unless ``peak_rss``) and stdout of one ``logkeeper
-    clean`` process."""
+    clean`` process, given the manifest ``topics`` or (None) the --config assignments."""
     command = [
-        *logkeeper_command(), "clean", "--dir", str(work), "--topics", str(topics),
+        *logkeeper_command(), "clean", "--dir", str(work), *config_args(topics),
         "--dedupe-buffer-bytes", str(dedupe_bytes),
     ]  # fmt: skip
     rss_file = work.parent / "logkeeper-clean.maxrss"
@@ -205,19 +217,21 @@ def run_logkeeper_clean(
     return elapsed, rss, done.stdout
 
 
-def clean_process(data: Path, work: Path, topics: Path, runs: int) -> tuple[float, str]:
-    """Best wall time of ``runs`` ``logkeeper clean`` processes, each on a fresh copy, and the
-    digest of the cleaned segments (to check that the process did the same work)."""
-    best = float("inf")
-    digest = ""
+def clean_process(data: Path, work: Path, topics: Path, runs: int) -> tuple[float, str, float, str]:
+    """Best wall times of ``runs`` ``logkeeper clean`` processes with ``--topics`` and as many
+    with ``--config``, taken in turns, each on a fresh copy, and the digests of the cleaned
+    segments (to check that the processes did the same work)."""
+    best = {True: float("inf"), False: float("inf")}
+    digest = {True: "", False: ""}
     for _ in range(runs):
-        shutil.copytree(data, work)
-        elapsed, _, _ = run_logkeeper_clean(work, topics, MAP_BYTES)
-        best = min(best, elapsed)
-        partition = work / f"{TP.topic}-{TP.partition}"
-        digest = sha256(segment_files(partition))
-        shutil.rmtree(work)
-    return best, digest
+        for manifest in (True, False):
+            shutil.copytree(data, work)
+            elapsed, _, _ = run_logkeeper_clean(work, topics if manifest else None, MAP_BYTES)
+            best[manifest] = min(best[manifest], elapsed)
+            partition = work / f"{TP.topic}-{TP.partition}"
+            digest[manifest] = sha256(segment_files(partition))
+            shutil.rmtree(work)
+    return best[True], digest[True], best[False], digest[False]
 
 
 def verdict(ok: bool) -> str:
@@ -253,11 +267,14 @@ def compare_codec(root: Path, args: argparse.Namespace, codec: Compression) -> l
         )
     ours = clean_in_process(data, root / "work", args.runs)
     assert ours.records == args.records, (ours.records, args.records)
-    process_s, process_sha256 = clean_process(data, root / "work", topics, args.runs)
+    process_s, process_sha256, config_s, config_sha256 = clean_process(
+        data, root / "work", topics, args.runs
+    )
     for label, seconds, ratio_min, absolute_min in (
         ("ours, in-process Cleaner.clean", ours.best_s, IN_PROCESS_RATIO_MIN,
          IN_PROCESS_RECORDS_PER_S_MIN if codec is Compression.NONE else None),
-        ("ours, `logkeeper clean` process", process_s, PROCESS_RATIO_MIN, None),
+        ("ours, process clean --topics", process_s, PROCESS_RATIO_MIN, None),
+        ("ours, process clean --config", config_s, PROCESS_RATIO_MIN, None),
     ):  # fmt: skip
         records_per_s = args.records / seconds
         line = f"  {label:34}{records_per_s:>12,.0f}{size / seconds / 1e6:>9.1f}"
@@ -277,7 +294,11 @@ def compare_codec(root: Path, args: argparse.Namespace, codec: Compression) -> l
         expected = sha256([kafka.output])
         same = [
             f"{'yes' if digest == expected else 'NO'} ({side})"
-            for side, digest in (("in-process", ours.cleaned_sha256), ("process", process_sha256))
+            for side, digest in (
+                ("in-process", ours.cleaned_sha256),
+                ("process --topics", process_sha256),
+                ("process --config", config_sha256),
+            )
         ]
         lines.append(
             f"  cleaned segment byte-identical to Kafka's filterTo output: {', '.join(same)}; "
@@ -285,8 +306,8 @@ def compare_codec(root: Path, args: argparse.Namespace, codec: Compression) -> l
             f"{kafka.retained_bytes} bytes"
         )
         kafka.output.unlink()
-    elif process_sha256 != ours.cleaned_sha256:
-        lines.append("  the `logkeeper clean` process left other bytes than the in-process clean")
+    elif {process_sha256, config_sha256} != {ours.cleaned_sha256}:
+        lines.append("  a `logkeeper clean` process left other bytes than the in-process clean")
     shutil.rmtree(data)
     return lines
 
@@ -338,34 +359,40 @@ def instructions_per_record(root: Path, records: int, keys: int, codec: Compress
 
 
 # The clean's own modules, imported by the whole-process figure's third run (what the process
-# imports besides the interpreter's start-up).
-CLEAN_IMPORTS = (
-    "import logkeeper.cli, storagecore.log_manager, storagecore.cleaner.log_cleaner, yaml"
-)
+# imports besides the interpreter's start-up); with --topics it imports yaml as well.
+CLEAN_IMPORTS = "import logkeeper.cli, storagecore.log_manager, storagecore.cleaner.log_cleaner"
 
 
 def process_instructions(root: Path, records: int, keys: int) -> str:
-    """Instructions of the whole ``logkeeper clean`` process on a small uncompressed log,
-    beside those of an interpreter that only starts and of one that only imports what the clean
-    imports: the noise-free view of the process figure (its start-up is most of it here)."""
+    """Instructions of the whole ``logkeeper clean`` process on a small uncompressed log, with
+    --topics and with --config, beside those of an interpreter that only starts and of one that
+    only imports what the clean imports: the noise-free view of the process figures (start-up
+    is most of them here)."""
     data = root / "data-callgrind-process"
     build_log(data, records, keys, Compression.NONE)
     topics = root / "topics.yaml"
     topics.write_text(TOPICS_YAML)
-    command = [
-        *logkeeper_command(), "clean", "--dir", str(data), "--topics", str(topics),
-        "--dedupe-buffer-bytes", str(MAP_BYTES),
-    ]  # fmt: skip
-    whole = callgrind_total(command, root / "callgrind.process.out")
-    shutil.rmtree(data)
     start = callgrind_total([sys.executable, "-c", "pass"], root / "callgrind.start.out")
-    imports = callgrind_total([sys.executable, "-c", CLEAN_IMPORTS], root / "callgrind.imp.out")
-    return (
-        f"callgrind, whole `logkeeper clean` process on {records} records ({keys} keys) none: "
-        f"{whole / 1e6:,.0f}M instructions; interpreter start {start / 1e6:,.0f}M, "
-        f"+ the clean's imports {(imports - start) / 1e6:,.0f}M, "
-        f"+ the rest (parse, load, clean, swap, exit) {(whole - imports) / 1e6:,.0f}M"
-    )
+    lines = []
+    for given, imported in ((topics, f"{CLEAN_IMPORTS}, yaml"), (None, CLEAN_IMPORTS)):
+        work = root / "work-callgrind-process"
+        shutil.copytree(data, work)
+        command = [
+            *logkeeper_command(), "clean", "--dir", str(work), *config_args(given),
+            "--dedupe-buffer-bytes", str(MAP_BYTES),
+        ]  # fmt: skip
+        whole = callgrind_total(command, root / "callgrind.process.out")
+        shutil.rmtree(work)
+        imports = callgrind_total([sys.executable, "-c", imported], root / "callgrind.imp.out")
+        way = "--topics" if given is not None else "--config"
+        lines.append(
+            f"callgrind, whole `logkeeper clean {way}` process on {records} records ({keys} "
+            f"keys) none: {whole / 1e6:,.0f}M instructions; interpreter start "
+            f"{start / 1e6:,.0f}M, + the clean's imports {(imports - start) / 1e6:,.0f}M, "
+            f"+ the rest (parse, load, clean, swap, exit) {(whole - imports) / 1e6:,.0f}M"
+        )
+    shutil.rmtree(data)
+    return "\n".join(lines)
 
 
 def main() -> None:

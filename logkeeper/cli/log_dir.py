@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from logkeeper.topic_args import add_dir_and_topics_args, log_dir_topics
+from logkeeper.topic_args import add_dir_and_topics_args, log_dir_configs
 
 if TYPE_CHECKING:
     from storagecore.cleaner.stats import CleanerStats
@@ -32,11 +32,11 @@ def add_parsers(sub: Any) -> None:
         "retention",
         help="apply retention (time, size, log start offset) to every log of a directory",
         description=(
-            "Plans retention for every partition in --dir with the configs of --topics (Kafka's "
-            "three passes: log start offset, retention.bytes, retention.ms) and applies it, or "
-            "with --dry-run only prints it. Deleted segments are renamed .deleted and, since "
-            "this command holds the directory's lock and no reader can have them open, "
-            "removed before it exits."
+            "Plans retention for every partition in --dir with the configs of --topics and "
+            "--config (Kafka's three passes: log start offset, retention.bytes, retention.ms) "
+            "and applies it, or with --dry-run only prints it. Deleted segments are renamed "
+            ".deleted and, since this command holds the directory's lock and no reader can "
+            "have them open, removed before it exits."
         ),
     )
     add_dir_and_topics_args(p)
@@ -51,11 +51,12 @@ def add_parsers(sub: Any) -> None:
         "clean",
         help="compact every compacted log of a directory until nothing is cleanable",
         description=(
-            "Runs Kafka's log cleaner over every partition in --dir whose topic (from --topics) "
-            "has cleanup.policy compact: rounds until each dirty section up to the first "
-            "uncleanable offset (active segment, min.compaction.lag.ms, open transactions) is "
-            "clean, whatever min.cleanable.dirty.ratio says. Prints Kafka's stats line per "
-            "round (or JSON stats) and updates cleaner-offset-checkpoint."
+            "Runs Kafka's log cleaner over every partition in --dir whose topic has "
+            "cleanup.policy compact (from --topics, or --config for every log or the --topic "
+            "ones): rounds until each dirty section up to the first uncleanable offset (active "
+            "segment, min.compaction.lag.ms, open transactions) is clean, whatever "
+            "min.cleanable.dirty.ratio says. Prints Kafka's stats line per round (or JSON "
+            "stats) and updates cleaner-offset-checkpoint."
         ),
     )
     add_dir_and_topics_args(p)
@@ -79,11 +80,11 @@ def add_parsers(sub: Any) -> None:
 def cmd_retention(args: argparse.Namespace) -> int:
     from storagecore import LogManager, ManualClock, SystemClock
 
-    topics = log_dir_topics(args)
+    configs = log_dir_configs(args)
     now_ms = SystemClock().milliseconds() if args.now_ms is None else args.now_ms
     clock = ManualClock(now_ms)
     with LogManager(
-        [args.dir], config_for={n: t.config for n, t in topics.items()}, clock=clock
+        [args.dir], config_for=configs.per_topic, default_config=configs.default, clock=clock
     ) as manager:
         plans = []
         for _tp, log in sorted(manager.logs.items()):
@@ -155,18 +156,23 @@ def cmd_clean(args: argparse.Namespace) -> int:
         from storagecore.config import CleanerConfig, check_dedupe_buffer_size
         from storagecore.errors import ConfigError
 
-        topics = log_dir_topics(args)
+        configs = log_dir_configs(args, only=args.topic)
     finally:
         gc.enable()
-    unknown = sorted(set(args.topic or ()) - set(topics))
-    if unknown:
-        raise ConfigError(f"--topic {', '.join(unknown)}: not declared in --topics")
+    undeclared = sorted(set(args.topic or ()) - configs.declared)
+    if undeclared and not args.config:
+        raise ConfigError(f"--topic {', '.join(undeclared)}: not declared in --topics")
     clock = ManualClock(SystemClock().milliseconds() if args.now_ms is None else args.now_ms)
     config = CleanerConfig(dedupe_buffer_size=args.dedupe_buffer_bytes)
     check_dedupe_buffer_size(config.dedupe_buffer_size, config.threads, key="--dedupe-buffer-bytes")
     with LogManager(
-        [args.dir], config_for={n: t.config for n, t in topics.items()}, clock=clock
+        [args.dir], config_for=configs.per_topic, default_config=configs.default, clock=clock
     ) as manager:
+        absent = sorted(set(undeclared) - {tp.topic for tp in manager.logs})
+        if absent:
+            raise ConfigError(
+                f"--topic {', '.join(absent)}: not declared in --topics and no log in {args.dir}"
+            )
         cleaner = LogCleaner(manager, config)
         chosen = [tp for tp in manager.logs if args.topic is None or tp.topic in set(args.topic)]
         rounds = cleaner.clean_until_done(chosen)

@@ -118,6 +118,22 @@ def test_clean_imports_only_what_it_uses(tmp_path: Path) -> None:
     assert "yaml" not in modules
 
 
+def test_clean_with_config_only_imports_no_yaml(tmp_path: Path) -> None:
+    """``--config cleanup.policy=compact`` gives the clean its config without a manifest: the
+    process compacts the log and never imports the YAML parser (95M instructions of start-up)."""
+    data = tmp_path / "data"
+    with LogManager([data]) as manager:  # written with Kafka's default config (delete)
+        log = manager.get_or_create_log(TopicPartition("events", 0))
+        for n in range(3):
+            log.append(build_batch([NewRecord(key=b"k", value=b"v%d" % n, timestamp=n)]))
+        log.roll()
+    modules, out = run_probe(["clean", "--dir", str(data), "--config", "cleanup.policy=compact"])
+    assert "1 round(s) over 1 compacted partition(s)" in out
+    assert "yaml" not in modules
+    assert not top_packages(modules) & NOT_FOR_CLEAN, top_packages(modules) & NOT_FOR_CLEAN
+    assert len(list((data / "events-0").glob("*.log"))) == 2
+
+
 def test_the_parser_loads_only_the_engine_config() -> None:
     """Building the parser (every command does) imports the engine's config module for its
     defaults, and nothing else of storagecore: no log, cleaner or records."""
