@@ -32,22 +32,52 @@ static inline Py_ssize_t slot_of(const uint8_t *digest, Py_ssize_t slots, Py_ssi
     return (Py_ssize_t)(magnitude % slots);
 }
 
-static const uint8_t EMPTY_ENTRY[ENTRY_BYTES] = {0};
+/* The bytes p[0..8) as a machine word: equality of words is equality of bytes, whatever the
+ * byte order, and the compiler turns the memcpy into one load (a memcmp of a digest or an entry
+ * was a call into libc, twice per probe). */
+static inline uint64_t word_at(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
 
-/* Byte position of digest's slot (*found = 1) or of the first empty slot on its probe path
- * (*found = 0); -1 when neither exists (a full map). Same bound as the reference. */
-static Py_ssize_t map_find(offset_map_t *map, const uint8_t *digest, int *found) {
+/* The offset of the entry at byte position `position`: big-endian after the digest (the layout
+ * the Python reference reads), loaded as one word and byte-swapped (get64 assembles it a byte
+ * at a time, once per record of both passes). */
+static inline int64_t entry_offset(const offset_map_t *map, Py_ssize_t position) {
+    uint64_t v = word_at(map->table + position + HASH_BYTES);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return (int64_t)v;
+}
+
+static inline void set_entry_offset(offset_map_t *map, Py_ssize_t position, int64_t offset) {
+    uint64_t v = (uint64_t)offset;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(map->table + position + HASH_BYTES, &v, 8);
+}
+
+/* map_find from the byte position of the digest's first slot (slot_of(digest, slots, 0)),
+ * which the batch loops compute once, when they prefetch it. */
+static inline Py_ssize_t map_find_from(offset_map_t *map, const uint8_t *digest,
+                                       Py_ssize_t first_position, int *found) {
     map->lookups++;
+    const uint64_t d0 = word_at(digest), d1 = word_at(digest + 8);
     Py_ssize_t attempts = map->slots + HASH_BYTES;
+    Py_ssize_t position = first_position;
     for (Py_ssize_t attempt = 0; attempt < attempts; attempt++) {
-        Py_ssize_t position = slot_of(digest, map->slots, attempt) * ENTRY_BYTES;
+        if (attempt > 0) position = slot_of(digest, map->slots, attempt) * ENTRY_BYTES;
         map->probes++;
         const uint8_t *entry = map->table + position;
-        if (memcmp(entry, digest, HASH_BYTES) == 0) {
+        const uint64_t e0 = word_at(entry), e1 = word_at(entry + 8);
+        if (e0 == d0 && e1 == d1) {
             *found = 1;
             return position;
         }
-        if (memcmp(entry, EMPTY_ENTRY, ENTRY_BYTES) == 0) {
+        if ((e0 | e1 | word_at(entry + 16)) == 0) { /* all ENTRY_BYTES zero: empty */
             *found = 0;
             return position;
         }
@@ -56,10 +86,16 @@ static Py_ssize_t map_find(offset_map_t *map, const uint8_t *digest, int *found)
     return -1;
 }
 
+/* Byte position of digest's slot (*found = 1) or of the first empty slot on its probe path
+ * (*found = 0); -1 when neither exists (a full map). Same bound as the reference. */
+static Py_ssize_t map_find(offset_map_t *map, const uint8_t *digest, int *found) {
+    return map_find_from(map, digest, slot_of(digest, map->slots, 0) * ENTRY_BYTES, found);
+}
+
 static int64_t map_get(offset_map_t *map, const uint8_t *digest) {
     int found;
     Py_ssize_t position = map_find(map, digest, &found);
-    return found ? get64(map->table + position + HASH_BYTES) : -1;
+    return found ? entry_offset(map, position) : -1;
 }
 /* ---- digests and probes, a batch at a time ----------------------------------------------- */
 
@@ -85,7 +121,8 @@ static inline void digest_and_prefetch(const offset_map_t *map, record_t *record
     if (k < n) {
         record_t *r = &records[wanted[k]];
         siphash128(r->key, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, r->digest);
-        __builtin_prefetch(map->table + slot_of(r->digest, map->slots, 0) * ENTRY_BYTES);
+        r->first_position = slot_of(r->digest, map->slots, 0) * ENTRY_BYTES;
+        __builtin_prefetch(map->table + r->first_position);
     }
 }
 /* ---- one batch --------------------------------------------------------------------------- */
@@ -197,7 +234,7 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
                 return 0;
             }
             int found;
-            Py_ssize_t position = map_find(map, r->digest, &found);
+            Py_ssize_t position = map_find_from(map, r->digest, r->first_position, &found);
             if (!found) {
                 if (position < 0 || p->size >= map->slots) {
                     p->overfull = 1;
@@ -206,7 +243,7 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
                 memcpy(map->table + position, r->digest, HASH_BYTES);
                 p->size++;
             }
-            put64(map->table + position + HASH_BYTES, r->offset);
+            set_entry_offset(map, position, r->offset);
             p->puts++;
             p->last_put = r->offset;
         }
@@ -282,7 +319,10 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             keep = 0;
         } else {
             digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key);
-            if (r->offset < map_get(map, r->digest)) {
+            int found;
+            Py_ssize_t position = map_find_from(map, r->digest, r->first_position, &found);
+            int64_t mapped = found ? entry_offset(map, position) : -1; /* map_get */
+            if (r->offset < mapped) {
                 keep = 0; /* a later record has this key */
             } else if (r->value_length >= 0) {
                 keep = 1;

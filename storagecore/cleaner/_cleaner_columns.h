@@ -93,7 +93,7 @@ static PyObject *put_digests(PyObject *self, PyObject *args) {
             memcpy(map.table + position, digest, HASH_BYTES);
             size++;
         }
-        put64(map.table + position + HASH_BYTES, values[i]);
+        set_entry_offset(&map, position, values[i]);
     }
     Py_END_ALLOW_THREADS
     if (overfull) {

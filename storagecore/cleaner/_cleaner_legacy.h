@@ -63,7 +63,7 @@ static PyObject *put_legacy_keys(PyObject *self, PyObject *args) {
                 memcpy(map.table + position, digest, HASH_BYTES);
                 size++;
             }
-            put64(map.table + position + HASH_BYTES, m->offset);
+            set_entry_offset(&map, position, m->offset);
             puts++;
             last_put = m->offset;
         }

@@ -31,6 +31,7 @@ typedef struct {
     Py_ssize_t headers_bytes;
     int wanted; /* whether the pass needs the key's digest */
     uint8_t digest[HASH_BYTES];
+    Py_ssize_t first_position; /* byte position of the digest's first slot in the map */
 } record_t;
 
 typedef struct {

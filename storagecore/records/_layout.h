@@ -150,9 +150,25 @@ static uint32_t crc32c_zeros(uint32_t v, size_t bytes) {
     return v;
 }
 
-static void crc32c_shift_tables(size_t bytes, uint32_t tables[4][256]) {
+static inline uint32_t crc32c_shift(const uint32_t tables[4][256], uint32_t v);
+
+/* The tables of the shift by `bytes` zero bytes, from the register after that many zeros from
+ * each single bit: by the table method (`shorter` NULL), or (a multiple of the shorter block)
+ * by applying the shorter block's shift again and again, since appending zeros composes
+ * (bytes / CRC32C_SHORT_BLOCK applications instead of `bytes` table steps per bit: the long
+ * tables cost 1.3M instructions at every import of the extension otherwise). */
+static void crc32c_shift_tables(size_t bytes, uint32_t tables[4][256],
+                                const uint32_t shorter[4][256], size_t shorter_bytes) {
     uint32_t basis[32];
-    for (int bit = 0; bit < 32; bit++) basis[bit] = crc32c_zeros(1u << bit, bytes);
+    for (int bit = 0; bit < 32; bit++) {
+        if (shorter == NULL) {
+            basis[bit] = crc32c_zeros(1u << bit, bytes);
+        } else {
+            uint32_t v = 1u << bit;
+            for (size_t done = 0; done < bytes; done += shorter_bytes) v = crc32c_shift(shorter, v);
+            basis[bit] = v;
+        }
+    }
     for (int k = 0; k < 4; k++) {
         for (uint32_t i = 0; i < 256; i++) {
             uint32_t v = 0;
@@ -175,8 +191,10 @@ static inline void crc32c_init(void) {
         for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
         crc32c_table[i] = c;
     }
-    crc32c_shift_tables(CRC32C_SHORT_BLOCK, crc32c_short_shift);
-    crc32c_shift_tables(CRC32C_LONG_BLOCK, crc32c_long_shift);
+    crc32c_shift_tables(CRC32C_SHORT_BLOCK, crc32c_short_shift, NULL, 0);
+    _Static_assert(CRC32C_LONG_BLOCK % CRC32C_SHORT_BLOCK == 0, "long = short blocks");
+    crc32c_shift_tables(CRC32C_LONG_BLOCK, crc32c_long_shift, crc32c_short_shift,
+                        CRC32C_SHORT_BLOCK);
 #if defined(__x86_64__)
     __builtin_cpu_init();
     crc32c_hardware = __builtin_cpu_supports("sse4.2");
