@@ -99,13 +99,13 @@ static int64_t map_get(offset_map_t *map, const uint8_t *digest) {
 }
 /* ---- digests and probes, a batch at a time ----------------------------------------------- */
 
-/* The indexes of the wanted records, in order, into wanted[]; returns how many. */
-static Py_ssize_t collect_wanted(const record_t *records, Py_ssize_t count, Py_ssize_t *wanted) {
-    Py_ssize_t n = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (records[i].wanted) wanted[n++] = i;
-    }
-    return n;
+/* Mark record i wanted or not and, when wanted, append i to wanted[0..*n): one loop, no
+ * branch (i is written at *n either way; *n <= i < the scratch's capacity). */
+static inline void mark_wanted(record_t *records, Py_ssize_t i, int is_wanted, Py_ssize_t *wanted,
+                               Py_ssize_t *n) {
+    records[i].wanted = is_wanted;
+    wanted[*n] = i;
+    *n += is_wanted;
 }
 
 /* How many wanted records ahead of its probe a key is digested and its first slot prefetched:
@@ -218,10 +218,11 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
     if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
         return -1;
     }
+    Py_ssize_t n = 0, k = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        records[i].wanted = records[i].key_length >= 0 && records[i].offset >= start;
+        int is_wanted = records[i].key_length >= 0 && records[i].offset >= start;
+        mark_wanted(records, i, is_wanted, s->wanted, &n);
     }
-    Py_ssize_t n = collect_wanted(records, count, s->wanted), k = 0;
     for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
         digest_and_prefetch(map, records, s->wanted, n, q, key);
     }
@@ -302,10 +303,11 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
     if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
         return -1;
     }
+    Py_ssize_t n = 0, k = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        records[i].wanted = records[i].offset <= latest_offset && records[i].key_length >= 0;
+        int is_wanted = records[i].offset <= latest_offset && records[i].key_length >= 0;
+        mark_wanted(records, i, is_wanted, s->wanted, &n);
     }
-    Py_ssize_t n = collect_wanted(records, count, s->wanted), k = 0;
     for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
         digest_and_prefetch(map, records, s->wanted, n, q, key);
     }
