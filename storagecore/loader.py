@@ -20,7 +20,8 @@ The passes, in order; each mirrors a step of a multi-step protocol of :mod:`stor
    only a missing ``.index`` and trusts the tail after a clean shutdown; checking costs one
    header walk from the last index entry and one CRC per segment.
 4. **Recovery** (only without a clean-shutdown marker). From the segment holding the recovery
-   point to the end: revalidate every batch, rebuild the indexes, truncate at the first torn or
+   point to the end: revalidate every batch, rebuild the indexes (the ``.txnindex`` from the
+   producer state, as the replay meets each ABORT marker), truncate at the first torn or
    corrupt batch and delete every later segment; each recovered segment leaves a producer
    snapshot at its end, as Kafka's ``recoverSegment`` (:func:`_recover_segment`). If the log
    end is below the checkpointed log start offset, delete everything. An empty log gets one
@@ -308,7 +309,7 @@ def _recover_segment(
     now_ms: int,
 ) -> int:
     """Recover one unflushed segment and snapshot the producers at its end (Kafka's
-    ``LogLoader.recoverSegment``); the bytes truncated.
+    ``LogLoader.recoverSegment``), rebuilding its transaction index; the bytes truncated.
 
     ``producer_state`` is a manager of its own, as in Kafka: it loads the producers up to the
     segment's base offset (the newest snapshot at or below it, then the log; snapshots above it
@@ -325,7 +326,9 @@ def _recover_segment(
         now_ms=now_ms,
     )
     truncated = recover_segment(segment, index_bytes)
-    producer_state.replay(segment.producer_batches(segment.base_offset))
+    # The transaction index anew, as the replay meets the ABORT markers.
+    segment.txn_index.reset()
+    producer_state.replay(segment.producer_batches(segment.base_offset), segment.txn_index)
     producer_state.map_end_offset = max(producer_state.map_end_offset, segment.next_offset())
     producer_state.take_snapshot()
     return truncated

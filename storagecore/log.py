@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
+from storagecore.aborted_transactions import checked_txn_index, collect_aborted_transactions
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import (
@@ -48,7 +50,7 @@ from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
 from storagecore.segment import LogSegment, RollParams
-from storagecore.transactions import AbortedTxn, TransactionState
+from storagecore.transactions import AbortedTxn, TransactionState, extend_over
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -272,12 +274,24 @@ class Log:
             segment = self._maybe_roll(
                 size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
             )
-            segment.append(
-                validated.last_offset,
-                validated.max_timestamp,
-                validated.shallow_offset_of_max_timestamp,
-                validated.buffer,
-            )
+            # ABORT markers: their transactions go to the segment's .txnindex, whose descriptor
+            # is had (and entries checked) before anything is written.
+            aborted = self.producer_state.aborted_txns(producers)
+            txn_fd = None
+            if aborted:
+                txn_fd = checked_txn_index(self._local.segments, segment).open_for_append()
+            try:
+                segment.append(
+                    validated.last_offset,
+                    validated.max_timestamp,
+                    validated.shallow_offset_of_max_timestamp,
+                    validated.buffer,
+                )
+                if txn_fd is not None:
+                    segment.txn_index.append_all(aborted, txn_fd)
+            finally:
+                if txn_fd is not None:
+                    os.close(txn_fd)
             self.producer_state.complete_append(producers, validated.last_offset + 1)
         if validated.last_offset + 1 - self._local.recovery_point >= config.flush_messages:
             self._local.flush(validated.last_offset + 1)
@@ -482,14 +496,7 @@ class Log:
 
     def _current_txn_state(self) -> TransactionState:
         with self._local.io(f"read producer state of {self.tp}"):
-            state = self._txn_state if self._txn_state is not None else TransactionState()
-            for segment in self._local.segments:
-                next_offset = segment.next_offset()
-                if next_offset > state.next_offset:
-                    state.extend(segment.producer_batches(state.next_offset))
-                    # The walk yields producer batches only: what follows the last is walked.
-                    state.next_offset = max(state.next_offset, next_offset)
-            self._txn_state = state
+            state = self._txn_state = extend_over(self._txn_state, self._local.segments)
             return state
 
     @property
@@ -510,17 +517,10 @@ class Log:
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of ``[start_offset, upper_offset)``
-        must filter: each one whose marker is at or after ``start_offset`` and whose data
-        begins before ``upper_offset`` (Kafka's ``collectAbortedTransactions`` over the
-        transaction index; here the index is derived from the log, see
-        :mod:`storagecore.transactions`), in first-offset order."""
-        with self._lock:
-            aborted = self._current_txn_state().aborted
-            return sorted(
-                a
-                for a in aborted
-                if a.last_offset >= start_offset and a.first_offset < upper_offset
-            )
+        must filter, in first-offset order: from the ``.txnindex`` files of the segments from
+        the one holding ``start_offset`` on (Kafka's ``collectAbortedTransactions``)."""
+        with self._lock, self._local.io(f"read the transaction index of {self.tp}"):
+            return collect_aborted_transactions(self._local.segments, start_offset, upper_offset)
 
     # -- retention -----------------------------------------------------------------------------
     def retention_view(self) -> list[SegmentView]:

@@ -1,4 +1,5 @@
-"""One log segment: a ``.log`` file with its ``.index`` and ``.timeindex`` (Kafka's LogSegment).
+"""One log segment: a ``.log`` file with its ``.index``, ``.timeindex`` and ``.txnindex``
+(Kafka's LogSegment).
 
 Invariant: ``base_offset <= every offset in this segment < next segment's base_offset``, and
 every relative offset fits in an int32.
@@ -15,10 +16,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, cast
 
-from storagecore import durability, files
+from storagecore import files
 from storagecore.errors import SegmentOffsetOverflowError
 from storagecore.file_cache import CachedFile, FileCache, Handle
 from storagecore.index import MAPPED, OffsetIndex, TimeIndex, TimestampOffset
+from storagecore.index.transaction_index import TransactionIndex
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
 from storagecore.records.layout import (
@@ -108,6 +110,11 @@ class LogSegment:
         self.file_cache: FileCache | None = None
         # The three cached handles (pin_files), found once.
         self._handles: tuple[CachedFile, ...] | None = None
+        #: The aborted transactions whose markers are here (opened per use: no descriptor).
+        self.txn_index = TransactionIndex(
+            log.path.with_name(log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)),
+            base_offset,
+        )
 
     # -- open / names ------------------------------------------------------------------------
     @classmethod
@@ -246,9 +253,7 @@ class LogSegment:
         return self._log.path.parent
 
     def txn_index_path(self) -> Path:
-        return self._log.path.with_name(
-            self._log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)
-        )
+        return self.txn_index.path
 
     def __repr__(self) -> str:
         return (
@@ -597,6 +602,7 @@ class LogSegment:
         header = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         if header is None:
             return 0
         self.offset_index.resize(max_index_size_bytes)
@@ -615,6 +621,7 @@ class LogSegment:
         self._log.flush()
         self._offset_index.flush()
         self._time_index.flush()
+        self.txn_index.flush()
 
     def file_paths(self) -> tuple[Path, ...]:
         """The files :meth:`flush` syncs and the transaction index (which may not exist), by
@@ -684,16 +691,14 @@ class LogSegment:
             )
             return path.with_name(stem + new_suffix)
 
-        txn = self.txn_index_path()
         self._log.rename_to(renamed(self._log.path))
         self._offset_index.rename_to(renamed(self._offset_index.path))
         self._time_index.rename_to(renamed(self._time_index.path))
-        if txn.exists():
-            durability.rename(txn, renamed(txn))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def delete_files(self) -> None:
         """Close and unlink every file of the segment (whatever its current suffix)."""
-        txn = self.txn_index_path()
         self.close_handles()
-        for path in (self._log.path, self._offset_index.path, self._time_index.path, txn):
+        for path in (self._log.path, self._offset_index.path, self._time_index.path):
             path.unlink(missing_ok=True)
+        self.txn_index.delete()

@@ -89,6 +89,9 @@ def recover_segment(segment: LogSegment, max_index_size_bytes: int) -> int:
     time_index.trim_to_valid_size()
     segment.bytes_since_last_index_entry = valid_bytes - last_index_entry
     segment.set_next_offset(expected_min_offset)
+    # Entries whose marker was cut off go with it (the loader rebuilds a recovered segment's
+    # transaction index from the producer state: storagecore.aborted_transactions).
+    segment.txn_index.truncate_to(expected_min_offset)
     return truncated
 
 

@@ -1,12 +1,15 @@
 """Producer and transaction state of a log, derived from its batch headers.
 
 Kafka keeps this state in memory (``ProducerStateManager``), snapshots it to ``.snapshot`` files
-and records every aborted transaction in the ``.txnindex`` of the segment holding its marker.
-Here it is derived from the log itself, which holds the same facts: a producer's transactional
+and records every aborted transaction in the ``.txnindex`` of the segment holding its marker
+(so does Logkeeper: :mod:`storagecore.index.transaction_index`). Here it is derived from the
+log itself, which holds the same facts: a producer's transactional
 data batches open its transaction, its next COMMIT or ABORT marker closes it. One header walk
 gives what the cleaner and the cleanable range need:
 
-* the **aborted transactions** (producer, first offset, marker offset), Kafka's ``AbortedTxn``;
+* the **aborted transactions** (producer, first offset, marker offset, last stable offset),
+  Kafka's ``AbortedTxn``, as the ``.txnindex`` files hold them (what the segment recovery
+  rebuilds a lost or corrupt file from: :mod:`storagecore.aborted_transactions`);
 * the **open transactions**, whose first offset bounds the last stable offset: nothing at or
   after it may be cleaned until the transaction is decided;
 * each producer's **last batch** (last data offset, epoch, last timestamp), which the cleaner
@@ -19,21 +22,18 @@ The walk reads headers only (plus the one record of each control batch) and is i
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from storagecore.errors import CorruptRecordError
+from storagecore.index.transaction_index import AbortedTxn
 from storagecore.records import layout
 from storagecore.records.batch import ControlType, RecordBatch
 
+if TYPE_CHECKING:
+    from storagecore.segment import LogSegment
 
-@dataclasses.dataclass(frozen=True, slots=True, order=True)
-class AbortedTxn:
-    """A decided-aborted transaction: its data lies in ``[first_offset, last_offset)`` and its
-    ABORT marker at ``last_offset`` (Kafka's ``AbortedTxn`` without the LSO field)."""
-
-    first_offset: int
-    last_offset: int
-    producer_id: int
+__all__ = ["AbortedTxn", "ProducerLastBatch", "TransactionState", "control_type_of", "extend_over"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -96,7 +96,9 @@ class TransactionState:
                 if control_type in (ControlType.ABORT, ControlType.COMMIT):
                     first = self.open_first_offsets.pop(pid, None)
                     if first is not None and control_type is ControlType.ABORT:
-                        self.aborted.append(AbortedTxn(first, batch.last_offset, pid))
+                        # The LSO Kafka records: the earliest other open transaction's start.
+                        lso = min(self.open_first_offsets.values(), default=batch.next_offset)
+                        self.aborted.append(AbortedTxn(first, batch.last_offset, pid, lso))
                 self.producers[pid] = ProducerLastBatch(
                     previous.last_data_offset if previous is not None else None,
                     batch.producer_epoch,
@@ -116,6 +118,18 @@ class TransactionState:
                     batch.last_sequence,
                     batch.base_offset,
                 )
+
+
+def extend_over(state: TransactionState | None, segments: Sequence[LogSegment]) -> TransactionState:
+    """``state`` (None: a new one) extended over what ``segments`` hold beyond it."""
+    state = state if state is not None else TransactionState()
+    for segment in segments:
+        next_offset = segment.next_offset()
+        if next_offset > state.next_offset:
+            state.extend(segment.producer_batches(state.next_offset))
+            # The walk yields producer batches only: what follows the last is walked.
+            state.next_offset = max(state.next_offset, next_offset)
+    return state
 
 
 def control_type_of(batch: RecordBatch) -> ControlType | None:

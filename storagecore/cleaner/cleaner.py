@@ -115,9 +115,14 @@ class Cleaner:
             topic_partition=str(log.tp), first_dirty_offset=request.first_dirty_offset
         )
         upper = request.first_uncleanable_offset
-        txn_state = log.transaction_state()
-        producers = txn_state.active_producers(now, self.config.producer_id_expiration_ms)
-        self.build_offset_map(log, request.first_dirty_offset, upper, txn_state.aborted, stats)
+        producers = log.transaction_state().active_producers(
+            now, self.config.producer_id_expiration_ms
+        )
+        # From the transaction indexes, as Kafka's cleaner: every aborted transaction with data
+        # below the round's upper bound whose marker is in a segment the round reads (with
+        # the round's bound, not a group's: KAFKA-13727).
+        aborted = log.aborted_transactions(log.segments[0].base_offset, upper)
+        self.build_offset_map(log, request.first_dirty_offset, upper, aborted, stats)
         end_offset = max(self.offset_map.latest_offset + 1, request.first_dirty_offset)
         stats.end_offset = end_offset
         stats.keys_in_map = self.offset_map.size
@@ -130,7 +135,7 @@ class Cleaner:
             log.config.segment_index_bytes,
             request.first_uncleanable_offset,
         )
-        txns = CleanedTransactionMetadata(txn_state.aborted)
+        txns = CleanedTransactionMetadata(aborted)
         legacy_horizon_ms = legacy_delete_horizon_ms(
             log.segments, request.first_dirty_offset, log.config.delete_retention_ms
         )
@@ -300,6 +305,7 @@ class Cleaner:
             suffix=files.CLEANED_SUFFIX,
         )
         output = CleanedOutput(cleaned, config.index_interval_bytes, self._throttle)
+        retained_before = len(txns.retained_aborted)
         try:
             horizon = now_ms + config.delete_retention_ms
             pairs = producer_pairs(
@@ -351,6 +357,8 @@ class Cleaner:
                                 stats,
                             )  # fmt: skip
                 output.flush()
+            # The aborted transactions whose markers this group keeps (Kafka's cleanedIndex).
+            cleaned.txn_index.append_all(txns.retained_aborted[retained_before:])
             cleaned.on_become_inactive_segment()
             cleaned.flush()
             mtime = group[-1].log.mtime_ms() / 1000

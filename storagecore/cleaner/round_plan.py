@@ -134,7 +134,7 @@ def plan_round(
         ),
         groups=tuple(tuple(position[id(s)] for s in group) for group in groups),
         now_ms=now_ms,
-        aborted=tuple(txn_state.aborted),
+        aborted=tuple(log.aborted_transactions(segments[0].base_offset, upper)),
         producers=tuple(sorted(producers.items())),
     )
 

@@ -44,6 +44,7 @@ from storagecore import files
 from storagecore.clock import Clock
 from storagecore.config import TopicPartition
 from storagecore.errors import CorruptSnapshotError
+from storagecore.index.transaction_index import AbortedTxn, TransactionIndex
 from storagecore.log_info import LogAppendInfo
 from storagecore.log_validator import AppendOrigin, ValidatedRecords
 from storagecore.producer_state import snapshot
@@ -194,6 +195,27 @@ class ProducerStateManager:
                 self.update(info)
         self.map_end_offset = next_offset
 
+    def aborted_txns(self, pending: PendingAppend | None) -> list[AbortedTxn]:
+        """The transactions an append's ABORT markers complete, as the ``.txnindex`` of the
+        segment it goes to records them; called before :meth:`complete_append`. Each one's
+        last stable offset is the first offset of the earliest transaction of another producer
+        still open after the markers before it (Kafka's ``lastStableOffset(completedTxn)``),
+        else the offset after its marker."""
+        if pending is None or not pending.completed:
+            return []
+        ongoing = {
+            pid: entry.current_txn_first_offset
+            for pid, entry in self.producers.items()
+            if entry.current_txn_first_offset is not None
+        }
+        aborted: list[AbortedTxn] = []
+        for txn in pending.completed:
+            ongoing.pop(txn.producer_id, None)
+            if txn.is_aborted:
+                lso = min(ongoing.values(), default=txn.last_offset + 1)
+                aborted.append(AbortedTxn(txn.first_offset, txn.last_offset, txn.producer_id, lso))
+        return aborted
+
     def _update_producers(
         self, batch: RecordBatch, infos: dict[int, ProducerAppendInfo], origin: AppendOrigin
     ) -> CompletedTxn | None:
@@ -213,11 +235,27 @@ class ProducerStateManager:
         else:
             current.update(info.updated)
 
-    def replay(self, batches: Iterable[RecordBatch]) -> None:
+    def replay(
+        self, batches: Iterable[RecordBatch], txn_index: TransactionIndex | None = None
+    ) -> None:
         """Apply batches read back from the log, in offset order, without refusing any
         (Kafka's ``loadProducersFromRecords``). The batches may leave out those without a
         producer (``LogSegment.producer_batches`` skips them natively), so the map end offset
-        only follows them here: callers set it to where the replay ends."""
+        only follows them here: callers set it to where the replay ends. With ``txn_index``
+        (a segment's recovery, Kafka's ``LogSegment.recover``) each transaction an ABORT marker
+        completes is appended to it."""
+        if txn_index is not None:
+            for batch in batches:
+                pending = PendingAppend({}, [])
+                if batch.has_producer_id:
+                    completed = self._update_producers(
+                        batch, pending.infos, AppendOrigin.REPLICATION
+                    )
+                    if completed is not None:
+                        pending.completed.append(completed)
+                txn_index.append_all(self.aborted_txns(pending))
+                self.complete_append(pending, max(self.map_end_offset, batch.next_offset))
+            return
         infos: dict[int, ProducerAppendInfo] = {}
         for batch in batches:
             if batch.has_producer_id:

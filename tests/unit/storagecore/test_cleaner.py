@@ -657,11 +657,11 @@ def test_cleaned_transaction_metadata_decisions() -> None:
             )
         )
 
-    meta = CleanedTransactionMetadata([AbortedTxn(0, 2, 1)])
+    meta = CleanedTransactionMetadata([AbortedTxn(0, 2, 1, 3)])
     assert meta.on_data_batch(data(0, 1)) is True  # aborted
     assert meta.on_data_batch(data(1, 2)) is False  # pid 2 committed later
     assert meta.on_control_batch(ctrl(2, 1, ControlType.ABORT), ControlType.ABORT) is False
-    assert meta.retained_aborted == [AbortedTxn(0, 2, 1)]
+    assert meta.retained_aborted == [AbortedTxn(0, 2, 1, 3)]
     assert meta.on_control_batch(ctrl(3, 2, ControlType.COMMIT), ControlType.COMMIT) is False
     assert meta.on_control_batch(ctrl(4, 2, ControlType.COMMIT), ControlType.COMMIT) is True
     assert meta.on_control_batch(ctrl(5, 3, ControlType.ABORT), None) is True

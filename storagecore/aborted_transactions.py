@@ -1,0 +1,76 @@
+"""The aborted transactions of a log, from its segments' ``.txnindex`` files (Kafka's
+``LocalLog.collectAbortedTransactions``), and the rebuild of a file that fails its check.
+
+Called by :class:`storagecore.log.Log` (read_committed fetches, the cleaner's round), by the
+loader's recovery and by the append path. The files themselves are
+:mod:`storagecore.index.transaction_index`'s; what goes into them on append is the producer
+state's (:meth:`storagecore.producer_state.ProducerStateManager.aborted_txns`).
+
+What must not be here: the file format, or the producer checks of an append.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Sequence
+
+from storagecore.errors import CorruptIndexError
+from storagecore.index.transaction_index import AbortedTxn, TransactionIndex
+from storagecore.segment import LogSegment
+from storagecore.transactions import TransactionState
+
+logger = logging.getLogger(__name__)
+
+
+def collect_aborted_transactions(
+    segments: Sequence[LogSegment], start_offset: int, upper_bound_offset: int
+) -> list[AbortedTxn]:
+    """The aborted transactions whose marker is at or after ``start_offset`` and whose data
+    begins before ``upper_bound_offset``, in first-offset order: the indexes of the segment
+    holding ``start_offset`` and of the following ones, until an entry's last stable offset
+    shows that no later transaction can qualify (Kafka's ``collectAbortedTransactions``).
+    A marker at or after ``start_offset`` is in that segment or a later one."""
+    bases = [segment.base_offset for segment in segments]
+    first = max(bisect.bisect_right(bases, start_offset) - 1, 0)
+    found: list[AbortedTxn] = []
+    for segment in segments[first:]:
+        result = checked_txn_index(segments, segment).collect(start_offset, upper_bound_offset)
+        found.extend(result.aborted)
+        if result.complete:
+            break
+    found.sort()
+    return found
+
+
+def checked_txn_index(segments: Sequence[LogSegment], segment: LogSegment) -> TransactionIndex:
+    """``segment``'s transaction index with its entries read; a file that fails its check is
+    rebuilt from the log first (a warning names the file and what was wrong)."""
+    index = segment.txn_index
+    try:
+        index.entries()
+    except CorruptIndexError as exc:
+        logger.warning("%s; rebuilding it from the log", exc)
+        rebuild_txn_index(segments, segment)
+    return index
+
+
+def rebuild_txn_index(segments: Sequence[LogSegment], segment: LogSegment) -> list[AbortedTxn]:
+    """Write ``segment``'s transaction index anew from a header walk of the log up to its end
+    (:class:`~storagecore.transactions.TransactionState` finds the transactions open at the
+    segment's base, whose first offsets lie in earlier segments). The walk starts at the first
+    segment: a transaction whose data began in a segment already deleted is not found, as the
+    producer state that Kafka's recovery uses would have expired it with those segments. Rare:
+    the loader's recovery rebuilds from its producer state instead."""
+    state = TransactionState()
+    for each in segments:
+        if each.base_offset > segment.base_offset:
+            break
+        state.extend(each.producer_batches(state.next_offset))
+        state.next_offset = max(state.next_offset, each.next_offset())
+    entries = [txn for txn in state.aborted if txn.last_offset >= segment.base_offset]
+    segment.txn_index.rewrite(entries)
+    logger.info(
+        "Rebuilt %s from the log: %d aborted transactions", segment.txn_index.path, len(entries)
+    )
+    return entries
