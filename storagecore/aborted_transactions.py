@@ -17,8 +17,9 @@ from collections.abc import Sequence
 
 from storagecore.errors import CorruptIndexError
 from storagecore.index.transaction_index import AbortedTxn, TransactionIndex
+from storagecore.records.batch import ControlType
 from storagecore.segment import LogSegment
-from storagecore.transactions import TransactionState
+from storagecore.transactions import TransactionState, control_type_of
 
 logger = logging.getLogger(__name__)
 
@@ -56,21 +57,53 @@ def checked_txn_index(segments: Sequence[LogSegment], segment: LogSegment) -> Tr
 
 
 def rebuild_txn_index(segments: Sequence[LogSegment], segment: LogSegment) -> list[AbortedTxn]:
-    """Write ``segment``'s transaction index anew from a header walk of the log up to its end
-    (:class:`~storagecore.transactions.TransactionState` finds the transactions open at the
-    segment's base, whose first offsets lie in earlier segments). The walk starts at the first
-    segment: a transaction whose data began in a segment already deleted is not found, as the
-    producer state that Kafka's recovery uses would have expired it with those segments. Rare:
-    the loader's recovery rebuilds from its producer state instead."""
+    """Write ``segment``'s transaction index anew from the log (:func:`rebuild_txn_indexes`)."""
+    return rebuild_txn_indexes(segments, [segment])[0]
+
+
+def rebuild_txn_indexes(
+    segments: Sequence[LogSegment], targets: Sequence[LogSegment]
+) -> list[list[AbortedTxn]]:
+    """Write the transaction indexes of ``targets`` (some of ``segments``) anew from one header
+    walk of the log up to the last target's end: :class:`~storagecore.transactions.
+    TransactionState` finds the transactions open at each target's base, whose first offsets
+    may lie in earlier segments. The walk starts at the first segment: a transaction whose data
+    began in a segment already deleted is not found, as the producer state that Kafka's
+    recovery uses would have expired it with those segments. Rare (a file that failed its check,
+    a bulk append of ABORT markers): the loader's recovery rebuilds from its producer state."""
+    last_base = max(target.base_offset for target in targets)
     state = TransactionState()
     for each in segments:
-        if each.base_offset > segment.base_offset:
+        if each.base_offset > last_base:
             break
         state.extend(each.producer_batches(state.next_offset))
         state.next_offset = max(state.next_offset, each.next_offset())
-    entries = [txn for txn in state.aborted if txn.last_offset >= segment.base_offset]
-    segment.txn_index.rewrite(entries)
-    logger.info(
-        "Rebuilt %s from the log: %d aborted transactions", segment.txn_index.path, len(entries)
-    )
-    return entries
+    rebuilt: list[list[AbortedTxn]] = []
+    for target in targets:
+        end = target.next_offset()
+        entries = [t for t in state.aborted if target.base_offset <= t.last_offset < end]
+        target.txn_index.rewrite(entries)
+        logger.info(
+            "Rebuilt %s from the log: %d aborted transactions", target.txn_index.path, len(entries)
+        )
+        rebuilt.append(entries)
+    return rebuilt
+
+
+def index_written_aborts(segments: Sequence[LogSegment], from_offset: int) -> int:
+    """After batches from ``from_offset`` on were written past the append path (a bulk
+    append): index the transactions their ABORT markers complete. The new batches are looked
+    at for ABORT markers first (batches without a producer are skipped natively), so a bulk
+    append without any costs no walk. Returns how many segments were rebuilt."""
+    targets = [
+        segment
+        for segment in segments
+        if segment.next_offset() > from_offset
+        and any(
+            batch.is_control and control_type_of(batch) is ControlType.ABORT
+            for batch in segment.producer_batches(max(from_offset, segment.base_offset))
+        )
+    ]
+    if targets:
+        rebuild_txn_indexes(segments, targets)
+    return len(targets)

@@ -23,7 +23,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
-from storagecore.aborted_transactions import checked_txn_index, collect_aborted_transactions
+from storagecore.aborted_transactions import (
+    checked_txn_index,
+    collect_aborted_transactions,
+    index_written_aborts,
+)
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import (
@@ -631,6 +635,7 @@ class Log:
             return None
         with self._lock, self._local.io(f"bulk append to {self.tp}"):
             written = bulk_append(self._local, itertools.chain((head,), pending))
+            index_written_aborts(self._local.segments, written.first_offset)
             self._txn_state = None
             return written.append_info(self._log_start_offset)
 
