@@ -17,17 +17,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
-from storagecore.aborted_transactions import (
-    checked_txn_index,
-    collect_aborted_transactions,
-    index_written_aborts,
-)
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import (
@@ -46,6 +40,7 @@ from storagecore.log_info import (
     FetchResult,
     LogAppendInfo,
 )
+from storagecore.log_transactions import LogTransactions
 from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
 from storagecore.producer_state import ProducerStateManager
 from storagecore.records.batch import Record, iter_complete_batches
@@ -54,7 +49,7 @@ from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
 from storagecore.segment import LogSegment, RollParams
-from storagecore.transactions import AbortedTxn, TransactionState, extend_over
+from storagecore.transactions import AbortedTxn, TransactionState
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -100,9 +95,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self.leader_epoch = leader_epoch
         self._lock = threading.RLock()
-        # Producer/transaction state derived from the log, extended as it grows; reset when
-        # segments are removed or replaced (see transaction_state()).
-        self._txn_state: TransactionState | None = None
+        self._txns = LogTransactions(self._local, self.producer_state)
         assert self._log_start_offset <= self.log_end_offset or self.size_bytes == 0, (
             f"{tp}: log start {log_start_offset} beyond log end {self.log_end_offset}"
         )
@@ -278,24 +271,7 @@ class Log:
             segment = self._maybe_roll(
                 size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
             )
-            # ABORT markers: their transactions go to the segment's .txnindex, whose descriptor
-            # is had (and entries checked) before anything is written.
-            aborted = self.producer_state.aborted_txns(producers)
-            txn_fd = None
-            if aborted:
-                txn_fd = checked_txn_index(self._local.segments, segment).open_for_append()
-            try:
-                segment.append(
-                    validated.last_offset,
-                    validated.max_timestamp,
-                    validated.shallow_offset_of_max_timestamp,
-                    validated.buffer,
-                )
-                if txn_fd is not None:
-                    segment.txn_index.append_all(aborted, txn_fd)
-            finally:
-                if txn_fd is not None:
-                    os.close(txn_fd)
+            self._txns.append(segment, validated, producers)  # and ABORT markers' .txnindex
             self.producer_state.complete_append(producers, validated.last_offset + 1)
         if validated.last_offset + 1 - self._local.recovery_point >= config.flush_messages:
             self._local.flush(validated.last_offset + 1)
@@ -489,30 +465,17 @@ class Log:
 
     # -- producers and transactions ---------------------------------------------------------
     def transaction_state(self) -> TransactionState:
-        """Producer and transaction state of the whole log (a copy the caller may keep).
-
-        Derived by walking batch headers (:mod:`storagecore.transactions`); the walk continues
-        from where the last one stopped, and starts over after segments were removed or
-        replaced.
-        """
+        """Producer and transaction state of the whole log (a copy the caller may keep), from
+        a header walk that continues where the last one stopped (:mod:`storagecore.
+        log_transactions`)."""
         with self._lock:
-            return self._current_txn_state().copy()
-
-    def _current_txn_state(self) -> TransactionState:
-        with self._local.io(f"read producer state of {self.tp}"):
-            state = self._txn_state = extend_over(self._txn_state, self._local.segments)
-            return state
+            return self._txns.state().copy()
 
     @property
     def last_stable_offset(self) -> int:
-        """The first offset of the earliest undecided transaction, else the high watermark.
-
-        Taken from the producer state (the transactions each producer has open), which the
-        append path keeps current: no walk of the log per call."""
+        """The first offset of the earliest undecided transaction, else the high watermark."""
         with self._lock:
-            first_unstable = self.producer_state.first_unstable_offset()
-            hw = self.high_watermark
-            return hw if first_unstable is None else min(first_unstable, hw)
+            return self._txns.last_stable_offset(self.high_watermark)
 
     def open_transactions(self) -> int:
         """Producers with an undecided transaction in this log."""
@@ -523,8 +486,8 @@ class Log:
         """The aborted transactions a read_committed fetch of ``[start_offset, upper_offset)``
         must filter, in first-offset order: from the ``.txnindex`` files of the segments from
         the one holding ``start_offset`` on (Kafka's ``collectAbortedTransactions``)."""
-        with self._lock, self._local.io(f"read the transaction index of {self.tp}"):
-            return collect_aborted_transactions(self._local.segments, start_offset, upper_offset)
+        with self._lock:
+            return self._txns.aborted(start_offset, upper_offset)
 
     # -- retention -----------------------------------------------------------------------------
     def retention_view(self) -> list[SegmentView]:
@@ -596,7 +559,7 @@ class Log:
             # 3.-5.
             local.remove_and_delete_segments(doomed, reason)
             self.producer_state.delete_snapshots(s.base_offset for s in doomed)
-            self._txn_state = None
+            self._txns.forget()
             return len(doomed)
 
     def replace_segments(
@@ -613,7 +576,7 @@ class Log:
             swapped = self._local.replace_segments(new_segments, old_segments)
             if swapped:
                 self.producer_state.delete_snapshots_of_replaced(new_segments, old_segments)
-                self._txn_state = None
+                self._txns.forget()
             return swapped
 
     def bulk_append(
@@ -635,8 +598,7 @@ class Log:
             return None
         with self._lock, self._local.io(f"bulk append to {self.tp}"):
             written = bulk_append(self._local, itertools.chain((head,), pending))
-            index_written_aborts(self._local.segments, written.first_offset)
-            self._txn_state = None
+            self._txns.bulk_appended(written.first_offset)
             return written.append_info(self._log_start_offset)
 
     def delete_expired_files(self, *, force: bool = False) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, cast
 
-from storagecore import files
+from storagecore import durability, files
 from storagecore.errors import SegmentOffsetOverflowError
 from storagecore.file_cache import CachedFile, FileCache, Handle
 from storagecore.index import MAPPED, OffsetIndex, TimeIndex, TimestampOffset
@@ -76,6 +76,9 @@ class AppendedChunk(NamedTuple):
 
 
 class LogSegment:
+    # The .txnindex, made on first use (txn_index): most segments never need one.
+    _txn_index: TransactionIndex | None = None
+
     def __init__(  # noqa: PLR0917 - Kafka's constructor, called only by open() and tests
         self,
         log: FileRecords,
@@ -110,11 +113,6 @@ class LogSegment:
         self.file_cache: FileCache | None = None
         # The three cached handles (pin_files), found once.
         self._handles: tuple[CachedFile, ...] | None = None
-        #: The aborted transactions whose markers are here (opened per use: no descriptor).
-        self.txn_index = TransactionIndex(
-            log.path.with_name(log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)),
-            base_offset,
-        )
 
     # -- open / names ------------------------------------------------------------------------
     @classmethod
@@ -252,8 +250,19 @@ class LogSegment:
     def directory(self) -> Path:
         return self._log.path.parent
 
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The aborted transactions whose ABORT markers are in this segment (a file opened per
+        use: it holds no descriptor)."""
+        index = self._txn_index
+        if index is None:
+            index = self._txn_index = TransactionIndex(self.txn_index_path(), self.base_offset)
+        return index
+
     def txn_index_path(self) -> Path:
-        return self.txn_index.path
+        return self._log.path.with_name(
+            self._log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)
+        )
 
     def __repr__(self) -> str:
         return (
@@ -621,7 +630,8 @@ class LogSegment:
         self._log.flush()
         self._offset_index.flush()
         self._time_index.flush()
-        self.txn_index.flush()
+        if self._txn_index is not None:
+            self._txn_index.flush()
 
     def file_paths(self) -> tuple[Path, ...]:
         """The files :meth:`flush` syncs and the transaction index (which may not exist), by
@@ -691,14 +701,19 @@ class LogSegment:
             )
             return path.with_name(stem + new_suffix)
 
+        txn = self.txn_index_path()
         self._log.rename_to(renamed(self._log.path))
         self._offset_index.rename_to(renamed(self._offset_index.path))
         self._time_index.rename_to(renamed(self._time_index.path))
-        self.txn_index.rename_to(renamed(self.txn_index.path))
+        if txn.exists():
+            durability.rename(txn, renamed(txn))
+        if self._txn_index is not None:
+            self._txn_index.path = renamed(txn)
 
     def delete_files(self) -> None:
         """Close and unlink every file of the segment (whatever its current suffix)."""
+        txn = self.txn_index_path()
         self.close_handles()
-        for path in (self._log.path, self._offset_index.path, self._time_index.path):
+        for path in (self._log.path, self._offset_index.path, self._time_index.path, txn):
             path.unlink(missing_ok=True)
-        self.txn_index.delete()
+        self._txn_index = None  # its entries went with the file

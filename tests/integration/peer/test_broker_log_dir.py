@@ -13,12 +13,13 @@ copy.
 storagecore's :class:`LogManager` opens the copies and must read, record for record (offset,
 timestamp, key, value, headers), what the Java consumer read, at both isolation levels; its
 timestamp lookups (Kafka's ``.timeindex`` and ``.index``, loaded as they are: no index is
-rebuilt) must answer as the broker's ListOffsets did; the aborted transactions it derives from
-the markers must be those of Kafka's ``.txnindex`` files (storagecore does not read or write
-``.txnindex``: it keeps the broker's files with their segments); the producers it loads from
-Kafka's ``.snapshot`` must be the ones in the file. Its cleaner, run on the copy taken before
-Kafka's clean, must keep exactly the records Kafka's cleaner kept, and on the copy taken after
-it must find nothing to clean (Kafka's ``cleaner-offset-checkpoint`` is understood).
+rebuilt) must answer as the broker's ListOffsets did; the aborted transactions it reads from
+Kafka's ``.txnindex`` files must be those the files hold (last stable offsets included), and
+those its own walk of the markers derives too (what it rebuilds a lost file from); the
+producers it loads from Kafka's ``.snapshot`` must be the ones in the file. Its cleaner, run on
+the copy taken before Kafka's clean, must keep exactly the records Kafka's cleaner kept and
+write the same ``.txnindex`` entries, and on the copy taken after it must find nothing to clean
+(Kafka's ``cleaner-offset-checkpoint`` is understood).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import pytest
 from storagecore import LogConfig, LogManager, TopicPartition
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.config import CleanerConfig
+from storagecore.index.transaction_index import ENTRY, TransactionIndex
 from storagecore.log import Log
 from storagecore.producer_state.snapshot import read_snapshot
 from storagecore.records.batch import RecordBatch, iter_complete_batches
@@ -74,7 +76,8 @@ KAFKA_FILES = (
 )
 TXN_INDEX_ENTRY = struct.Struct(">hqqqq")
 """Kafka's ``AbortedTxn``: version, producer id, first offset, last offset (the marker's),
-last stable offset."""
+last stable offset (written out here, to check storagecore's reader against it)."""
+assert TXN_INDEX_ENTRY.format == ENTRY.format
 
 Row = list[Any]  # [offset, timestamp, key, value, [[header key, header value], ...]]
 
@@ -161,17 +164,27 @@ def list_offset(address: str, topic: str, timestamp: int) -> int:
     return offset
 
 
-def kafka_aborted(partition_dir: Path) -> list[AbortedTxn]:
-    """The entries of the broker's ``.txnindex`` files, in file order."""
-    found = []
+def kafka_aborted(partition_dir: Path) -> dict[str, list[AbortedTxn]]:
+    """The entries of the broker's ``.txnindex`` files, in file order, by file name (decoded
+    here, not by storagecore)."""
+    found: dict[str, list[AbortedTxn]] = {}
     for path in sorted(partition_dir.glob("*.txnindex")):
         data = path.read_bytes()
         assert len(data) % TXN_INDEX_ENTRY.size == 0, path
+        entries = found.setdefault(path.name, [])
         for position in range(0, len(data), TXN_INDEX_ENTRY.size):
-            version, pid, first, last, _lso = TXN_INDEX_ENTRY.unpack_from(data, position)
+            version, pid, first, last, lso = TXN_INDEX_ENTRY.unpack_from(data, position)
             assert version == 0, path
-            found.append(AbortedTxn(first, last, pid))
+            entries.append(AbortedTxn(first, last, pid, lso))
     return found
+
+
+def storagecore_txn_indexes(partition_dir: Path) -> dict[str, list[AbortedTxn]]:
+    """The same files as storagecore's reader reads them."""
+    return {
+        path.name: TransactionIndex(path, int(path.name.split(".")[0])).entries()
+        for path in sorted(partition_dir.glob("*.txnindex"))
+    }
 
 
 def checkpoint_entries(path: Path) -> dict[str, int]:
@@ -288,7 +301,7 @@ def test_every_record_reads_as_the_java_consumer_read_it(
             assert log.log_end_offset == uncommitted["end"], name
             assert log.last_stable_offset == committed["end"], name
             assert rows(log) == uncommitted["records"], name
-            aborted = log.transaction_state().aborted
+            aborted = log.aborted_transactions(log.log_start_offset, log.last_stable_offset)
             assert rows(log, aborted) == committed["records"], name
             for timestamp, offset in written["lookups"][name]:
                 found = log.offset_for_timestamp(timestamp)
@@ -306,16 +319,26 @@ def test_transactions_markers_txnindex_and_snapshots_are_understood(
 ) -> None:
     directory = written["before"] / f"{TXN}-0"
     kafka_txn_index = kafka_aborted(directory)
+    kafka_entries = [txn for entries in kafka_txn_index.values() for txn in entries]
+    assert storagecore_txn_indexes(directory) == kafka_txn_index
     kafka_snapshots = sorted(directory.glob("*.snapshot"))
     assert kafka_snapshots, "the broker's clean shutdown wrote a producer snapshot"
     newest = read_snapshot(kafka_snapshots[-1])
     txn_files = {p.name: p.read_bytes() for p in directory.glob("*.txnindex")}
     with open_manager(written["before"]) as manager:
         log = manager.get_log(TopicPartition(TXN, 0))
+        # Two aborted transactions of five (ten records in two batches each) and the markers,
+        # as a read_committed fetch gets them (from the files), at every start offset.
+        assert log.aborted_transactions(0, log.log_end_offset) == sorted(kafka_entries)
+        assert len(kafka_entries) == 2
+        for start in range(log.log_end_offset):
+            assert log.aborted_transactions(start, log.log_end_offset) == sorted(
+                t for t in kafka_entries if t.last_offset >= start
+            )
+        # The walk of the markers (what a lost file is rebuilt from) finds the same entries,
+        # Kafka's last stable offsets included.
         state = log.transaction_state()
-        # Two aborted transactions of five (ten records in two batches each) and the markers.
-        assert len(state.aborted) == 2
-        assert state.aborted == kafka_txn_index
+        assert state.aborted == kafka_entries
         assert not state.open_first_offsets
         committed = written["reads"][TXN, "read_committed"]["records"]
         uncommitted = written["reads"][TXN, "read_uncommitted"]["records"]
@@ -331,8 +354,8 @@ def test_transactions_markers_txnindex_and_snapshots_are_understood(
         )
         assert entry.current_txn_first_offset is None
         assert entry.coordinator_epoch == newest[0].coordinator_epoch
-    # storagecore leaves the broker's .txnindex files as they were (it neither reads nor
-    # writes them).
+    # storagecore leaves the broker's .txnindex files as they were (it reads them, and
+    # writes only on new ABORT markers, recovery and cleaning).
     assert {p.name: p.read_bytes() for p in directory.glob("*.txnindex")} == txn_files
 
 
@@ -349,7 +372,8 @@ def test_the_cleaner_keeps_what_kafkas_cleaner_kept(written: dict[str, Any], nam
         assert stats.end_offset == written["kafka checkpoints"][name], "the same cleanable range"
         ours = rows(log)
         our_batches = [(b.base_offset, b.last_offset, len(b.records())) for b in batches(log)]
-        our_aborted = log.transaction_state().aborted
+        our_aborted = log.aborted_transactions(0, log.log_end_offset)
+        our_files = storagecore_txn_indexes(log.directory)
     with open_manager(written["after"]) as manager:
         log = manager.get_log(tp)
         theirs = rows(log)
@@ -357,7 +381,15 @@ def test_the_cleaner_keeps_what_kafkas_cleaner_kept(written: dict[str, Any], nam
         # Kafka's cleaner checkpoint is read: nothing is left to clean.
         assert LogCleaner(manager, CleanerConfig(dedupe_buffer_size=1 << 20)).clean_log(tp) is None
         assert rows(log) == theirs
-        assert log.transaction_state().aborted == our_aborted
+        assert log.aborted_transactions(0, log.log_end_offset) == our_aborted
+        # The cleaned segments' .txnindex entries: Kafka's cleaner's (file by file, where the
+        # two cleaners made the same segments).
+        their_files = kafka_aborted(log.directory)
+    assert [t for e in our_files.values() for t in e] == [
+        t for e in their_files.values() for t in e
+    ]
+    if our_files.keys() == their_files.keys():
+        assert our_files == their_files
     assert theirs == written["cleaned reads"][name]["records"]
     assert ours == theirs
     assert our_batches == their_batches

@@ -94,7 +94,7 @@ def test_fetches_read_the_index_files_not_the_log(tmp_path: Path, clock: ManualC
     abort = marker(log, ControlType.ABORT, pid=1)
     log = reopen(log, clock)
     assert log.aborted_transactions(0, log.log_end_offset) == [AbortedTxn(0, abort, 1, abort + 1)]
-    assert log._txn_state is None, "a read_committed fetch walked the log"
+    assert not log._txns.walked, "a read_committed fetch walked the log"
     # What the file says is what a fetch reports: an entry written by hand is reported.
     extra = AbortedTxn(abort + 1, abort + 1, 9, abort + 2)
     log.active_segment.txn_index.append(extra)
