@@ -83,11 +83,25 @@ def rebuild_txn_indexes(
         end = target.next_offset()
         entries = [t for t in state.aborted if target.base_offset <= t.last_offset < end]
         target.txn_index.rewrite(entries)
-        logger.info(
-            "Rebuilt %s from the log: %d aborted transactions", target.txn_index.path, len(entries)
-        )
+        if entries or len(targets) == 1:
+            logger.info(
+                "Rebuilt %s from the log: %d aborted transactions",
+                target.txn_index.path,
+                len(entries),
+            )
         rebuilt.append(entries)
     return rebuilt
+
+
+def index_unindexed_segments(segments: Sequence[LogSegment]) -> int:
+    """Write the ``.txnindex`` of every segment that has none and whose markers complete
+    aborted transactions (a log written by a Logkeeper that wrote no transaction indexes:
+    the upgrade, run once per log dir by :class:`storagecore.log_manager.LogManager`). A
+    segment with a file keeps it. Returns how many files were written."""
+    targets = [segment for segment in segments if not segment.txn_index_path().exists()]
+    if not targets:
+        return 0
+    return sum(1 for entries in rebuild_txn_indexes(segments, targets) if entries)
 
 
 def index_written_aborts(segments: Sequence[LogSegment], from_offset: int) -> int:

@@ -36,6 +36,9 @@ LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 LOCK_FILE: Final = ".lock"
+TXN_INDEX_MARKER_FILE: Final = ".logkeeper-txnindex"
+"""In a log dir: every log in it has its ``.txnindex`` files (Logkeeper wrote none before
+them; storagecore.log_manager writes the missing ones once, then this file)."""
 #: Directories the Spark pipeline keeps inside a data dir (never partitions; the worker skips
 #: them when loading and sweeps expired pins, storagecore.pins).
 PINS_DIR: Final = ".logkeeper-pins"

@@ -489,6 +489,11 @@ class Log:
         with self._lock:
             return self._txns.aborted(start_offset, upper_offset)
 
+    def index_unindexed_segments(self) -> int:
+        """Write the ``.txnindex`` files a log written without them lacks (the upgrade)."""
+        with self._lock:
+            return self._txns.index_unindexed_segments()
+
     # -- retention -----------------------------------------------------------------------------
     def retention_view(self) -> list[SegmentView]:
         """The segments as retention sees them (sizes, offsets, largest timestamps)."""

@@ -303,6 +303,7 @@ class LogManager:
             for log_dir in self._dirs.values():
                 try:
                     self._load_dir(log_dir)
+                    self._index_unindexed_logs(log_dir.path)
                 except OSError as exc:
                     self.handle_io_error(log_dir.path, exc)
         finally:
@@ -363,6 +364,29 @@ class LogManager:
             max_workers=self.recovery_threads_per_dir, thread_name_prefix="log-recovery"
         ) as pool:
             self._add_loaded(pool.map(load, jobs))
+
+    def _index_unindexed_logs(self, path: Path) -> None:
+        """Once per log dir: the ``.txnindex`` files that a Logkeeper before them did not write
+        (read_committed fetches take aborted transactions from them only), found by one walk
+        of each log; then the marker file that says it is done."""
+        marker = path / files.TXN_INDEX_MARKER_FILE
+        if marker.exists():
+            return
+        logs = [log for log in self._logs.values() if log.parent_dir == path]
+        written = 0
+        for log in logs:
+            try:
+                written += log.index_unindexed_segments()
+            except StorageError as exc:  # the log is offline: the next start tries again
+                logger.warning("Transaction indexes of %s not written: %s", log.tp, exc)
+                return
+        durability.write_atomically(marker, b"1\n")
+        logger.info(
+            "Transaction indexes of %s: %d written for %d logs (once per log dir)",
+            path,
+            written,
+            len(logs),
+        )
 
     def _add_loaded(self, logs: Iterable[Log]) -> None:
         for log in logs:

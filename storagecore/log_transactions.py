@@ -17,6 +17,7 @@ import os
 from storagecore.aborted_transactions import (
     checked_txn_index,
     collect_aborted_transactions,
+    index_unindexed_segments,
     index_written_aborts,
 )
 from storagecore.index.transaction_index import AbortedTxn
@@ -87,6 +88,11 @@ class LogTransactions:
         finally:
             if txn_fd is not None:
                 os.close(txn_fd)
+
+    def index_unindexed_segments(self) -> int:
+        """:func:`storagecore.aborted_transactions.index_unindexed_segments` (the upgrade)."""
+        with self._local.io(f"write the transaction indexes of {self._local.tp}"):
+            return index_unindexed_segments(self._local.segments)
 
     def bulk_appended(self, first_offset: int) -> None:
         """Batches from ``first_offset`` on were written past the append path."""

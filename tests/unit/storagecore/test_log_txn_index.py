@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storagecore import Log, LogConfig, files
+from storagecore import Log, LogConfig, LogManager, TopicPartition, files
 from storagecore.cleaner import Cleaner, CleanRequest
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.clock import ManualClock
@@ -217,3 +217,40 @@ def test_a_bulk_append_of_abort_markers_is_indexed(tmp_path: Path, clock: Manual
     put(target, b"before", b"v")
     target.bulk_append(batches)
     assert target.aborted_transactions(0, target.log_end_offset) == [AbortedTxn(1, 3, 1, 4)]
+
+
+def test_a_log_dir_written_without_txn_indexes_gets_them_once(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Logkeeper before the transaction indexes left none: the first LogManager start writes
+    them (one walk per log) and the marker file; later starts trust the files."""
+    root = tmp_path / "data"
+    tp = TopicPartition("t", 0)
+    with LogManager([root], default_config=SMALL, clock=clock) as manager:
+        log = manager.get_or_create_log(tp)
+        txn_append(log, [b"a"], pid=1)
+        for i in range(8):
+            put(log, b"k%d" % i, b"x" * 40)
+        txn_append(log, [b"b"], pid=2)
+        marker(log, ControlType.ABORT, pid=1)
+        marker(log, ControlType.ABORT, pid=2)
+        expected = index_files(log)
+        aborted = log.aborted_transactions(0, log.log_end_offset)
+    assert len(aborted) == 2 and (root / files.TXN_INDEX_MARKER_FILE).is_file()
+    # What an older Logkeeper left: no .txnindex, no marker.
+    for path in (root / "t-0").glob("*.txnindex"):
+        path.unlink()
+    (root / files.TXN_INDEX_MARKER_FILE).unlink()
+    with (
+        caplog.at_level(logging.INFO, logger="storagecore"),
+        LogManager([root], default_config=SMALL, clock=clock) as manager,
+    ):
+        log = manager.get_log(tp)
+        assert index_files(log) == expected
+        assert log.aborted_transactions(0, log.log_end_offset) == aborted
+    assert "Transaction indexes of" in caplog.text and "1 written for 1 logs" in caplog.text
+    # Once: with the marker there, a missing file means no aborted transaction.
+    for path in (root / "t-0").glob("*.txnindex"):
+        path.unlink()
+    with LogManager([root], default_config=SMALL, clock=clock) as manager:
+        assert manager.get_log(tp).aborted_transactions(0, 100) == []
