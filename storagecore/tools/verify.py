@@ -25,12 +25,14 @@ from storagecore.config import TopicPartition
 from storagecore.errors import (
     ConfigError,
     CorruptCheckpointError,
+    CorruptIndexError,
     CorruptRecordError,
     CorruptSnapshotError,
     StorageError,
 )
 from storagecore.index.offset_index import ENTRY as OFFSET_ENTRY
 from storagecore.index.time_index import ENTRY as TIME_ENTRY
+from storagecore.index.transaction_index import decode_entries
 from storagecore.producer_state.snapshot import is_snapshot_file_name, read_snapshot
 from storagecore.records import layout
 from storagecore.records.file_records import FileRecords
@@ -188,6 +190,7 @@ def _verify_partition(
         _verify_time_index(
             files.time_index_file(directory, base), base, next_offset, segment_report
         )
+        _verify_txn_index(files.txn_index_file(directory, base), base, next_offset, segment_report)
         summary.segments += 1
         if summary.first_offset is None:
             summary.first_offset = base
@@ -316,6 +319,27 @@ def _verify_offset_index(
             )
             return
         previous = (offset, position)
+
+
+def _verify_txn_index(path: Path, base: int, next_offset: int, report: VerifyReport) -> None:
+    """Kafka's checks of a ``.txnindex`` (and order), and every marker inside the segment."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return  # no aborted transaction has its marker here
+    try:
+        entries = decode_entries(data, path, base)
+    except CorruptIndexError as exc:
+        report.error(path, str(exc).removeprefix(f"{path}: ") + " (the loader rebuilds it)")
+        return
+    for n, txn in enumerate(entries):
+        if txn.last_offset >= max(next_offset, base + 1):
+            report.error(
+                path,
+                f"entry {n}: marker offset {txn.last_offset} is beyond the segment's end "
+                f"{next_offset}",
+            )
+            return
 
 
 def _verify_time_index(path: Path, base: int, next_offset: int, report: VerifyReport) -> None:

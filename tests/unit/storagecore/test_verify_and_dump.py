@@ -2,7 +2,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storagecore import LogConfig, LogManager, ManualClock, TopicPartition, build_batch
+from storagecore import (
+    AppendOrigin,
+    ControlType,
+    LogConfig,
+    LogManager,
+    ManualClock,
+    TopicPartition,
+    build_batch,
+    build_control_batch,
+)
+from storagecore.index.transaction_index import ENTRY
 from storagecore.tools.dump import dump_file
 from storagecore.tools.verify import verify_log_dir
 from tests.conftest import START_MS, batch, records
@@ -128,3 +138,29 @@ def test_verify_checks_snapshots(tmp_path: Path, clock: ManualClock) -> None:
     warnings = [str(f) for f in report.findings if f.severity == "warning"]
     assert any("12.snapshot.tmp: temporary file" in w for w in warnings)
     assert any("producer snapshot at 99, beyond the log end 9" in w for w in warnings)
+
+
+def test_verify_checks_txn_indexes(tmp_path: Path, clock: ManualClock) -> None:
+    with LogManager([tmp_path], clock=clock) as manager:
+        log = manager.get_or_create_log(TopicPartition("t", 0))
+        log.append(
+            build_batch(
+                records(2), producer_id=3, producer_epoch=0, base_sequence=0, is_transactional=True
+            )
+        )
+        log.append(
+            build_control_batch(
+                ControlType.ABORT, producer_id=3, producer_epoch=0, coordinator_epoch=0,
+                timestamp=START_MS,
+            ),
+            origin=AppendOrigin.COORDINATOR,
+        )  # fmt: skip
+    index = tmp_path / "t-0" / "00000000000000000000.txnindex"
+    assert index.is_file()
+    assert verify_log_dir(tmp_path).findings == []
+    index.write_bytes(index.read_bytes() + ENTRY.pack(0, 3, 3, 50, 51))
+    (error,) = verify_log_dir(tmp_path).errors
+    assert str(error) == f"ERROR {index}: entry 1: marker offset 50 is beyond the segment's end 3"
+    index.write_bytes(index.read_bytes()[:-3])
+    (error,) = verify_log_dir(tmp_path).errors
+    assert "is not a multiple of the entry size 34" in str(error) and str(index) in str(error)
