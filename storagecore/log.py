@@ -49,7 +49,7 @@ from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
 from storagecore.segment import LogSegment, RollParams
-from storagecore.transactions import AbortedTxn, TransactionState
+from storagecore.transactions import AbortedTxn, ProducerLastBatch, TransactionState
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -470,6 +470,13 @@ class Log:
         log_transactions`)."""
         with self._lock:
             return self._txns.state().copy()
+
+    def last_records_of_active_producers(
+        self, now_ms: int, expiration_ms: int
+    ) -> dict[int, ProducerLastBatch]:
+        """Each active producer's last data batch and epoch, which the cleaner keeps."""
+        with self._lock:
+            return self._txns.last_records_of_active_producers(now_ms, expiration_ms)
 
     @property
     def last_stable_offset(self) -> int:

@@ -24,6 +24,7 @@ from storagecore.index.transaction_index import AbortedTxn
 from storagecore.local_log import LocalLog
 from storagecore.log_validator import ValidatedRecords
 from storagecore.producer_state import ProducerStateManager
+from storagecore.producer_state.entry import ProducerLastBatch
 from storagecore.producer_state.manager import PendingAppend
 from storagecore.segment import LogSegment
 from storagecore.transactions import TransactionState, extend_over
@@ -53,6 +54,15 @@ class LogTransactions:
         with self._local.io(f"read producer state of {self._local.tp}"):
             state = self._walk = extend_over(self._walk, self._local.segments)
             return state
+
+    def last_records_of_active_producers(
+        self, now_ms: int, expiration_ms: int
+    ) -> dict[int, ProducerLastBatch]:
+        """What the cleaner keeps of each producer (Kafka's ``lastRecordsOfActiveProducers``),
+        from the producer state (caught up with a bulk append first): no walk of the log."""
+        with self._local.io(f"read producer state of {self._local.tp}"):
+            self.producer_state.catch_up(self._local.segments, self._local.log_end_offset)
+            return self.producer_state.last_records_of_active_producers(now_ms, expiration_ms)
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """The first offset of the earliest undecided transaction, else the high watermark:

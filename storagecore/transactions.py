@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from storagecore.errors import CorruptRecordError
 from storagecore.index.transaction_index import AbortedTxn
+from storagecore.producer_state.entry import ProducerLastBatch
 from storagecore.records import layout
 from storagecore.records.batch import ControlType, RecordBatch
 
@@ -34,21 +35,6 @@ if TYPE_CHECKING:
     from storagecore.segment import LogSegment
 
 __all__ = ["AbortedTxn", "ProducerLastBatch", "TransactionState", "control_type_of", "extend_over"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ProducerLastBatch:
-    """What Kafka's ``lastRecordsOfActiveProducers`` returns for one producer."""
-
-    last_data_offset: int | None
-    """Last offset of the producer's last data batch; None if it only wrote markers."""
-    producer_epoch: int
-    last_timestamp: int
-    first_sequence: int = -1
-    """Base sequence of the producer's last data batch (-1: none, or only markers)."""
-    last_sequence: int = -1
-    first_offset: int = -1
-    """Base offset of the producer's last data batch."""
 
 
 @dataclasses.dataclass(slots=True)

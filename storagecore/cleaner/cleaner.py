@@ -115,9 +115,7 @@ class Cleaner:
             topic_partition=str(log.tp), first_dirty_offset=request.first_dirty_offset
         )
         upper = request.first_uncleanable_offset
-        producers = log.transaction_state().active_producers(
-            now, self.config.producer_id_expiration_ms
-        )
+        producers = log.last_records_of_active_producers(now, self.config.producer_id_expiration_ms)
         # From the transaction indexes, as Kafka's cleaner: every aborted transaction with data
         # below the round's upper bound whose marker is in a segment the round reads (with
         # the round's bound, not a group's: KAFKA-13727).

@@ -118,8 +118,7 @@ def plan_round(
         log.config.segment_index_bytes,
         upper,
     )
-    txn_state = log.transaction_state()
-    producers = txn_state.active_producers(now_ms, config.producer_id_expiration_ms)
+    producers = log.last_records_of_active_producers(now_ms, config.producer_id_expiration_ms)
     return RoundPlan(
         topic=log.tp.topic,
         partition=log.tp.partition,

@@ -142,3 +142,18 @@ class ProducerStateEntry:
             if batch.first_sequence == first_sequence and batch.last_sequence == last_sequence:
                 return batch
         return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerLastBatch:
+    """What Kafka's ``lastRecordsOfActiveProducers`` returns for one producer."""
+
+    last_data_offset: int | None
+    """Last offset of the producer's last data batch; None if it only wrote markers."""
+    producer_epoch: int
+    last_timestamp: int
+    first_sequence: int = -1
+    """Base sequence of the producer's last data batch (-1: none, or only markers)."""
+    last_sequence: int = -1
+    first_offset: int = -1
+    """Base offset of the producer's last data batch."""

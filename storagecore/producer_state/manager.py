@@ -49,7 +49,7 @@ from storagecore.log_info import LogAppendInfo
 from storagecore.log_validator import AppendOrigin, ValidatedRecords
 from storagecore.producer_state import snapshot
 from storagecore.producer_state.append_info import CompletedTxn, ProducerAppendInfo
-from storagecore.producer_state.entry import BatchMetadata, ProducerStateEntry
+from storagecore.producer_state.entry import BatchMetadata, ProducerLastBatch, ProducerStateEntry
 from storagecore.records import layout
 from storagecore.records.batch import RecordBatch
 from storagecore.segment import LogSegment
@@ -135,6 +135,31 @@ class ProducerStateManager:
     def open_transactions(self) -> int:
         """Producers with a transaction open on this partition."""
         return sum(1 for e in self.producers.values() if e.current_txn_first_offset is not None)
+
+    def last_records_of_active_producers(
+        self, now_ms: int, expiration_ms: int | None = None
+    ) -> dict[int, ProducerLastBatch]:
+        """Each producer's last data batch and epoch, for the cleaner to keep (Kafka's
+        ``lastRecordsOfActiveProducers``): the producers not expired by
+        ``producer.id.expiration.ms`` (one with an open transaction never expires)."""
+        expiration = self.producer_id_expiration_ms if expiration_ms is None else expiration_ms
+        found: dict[int, ProducerLastBatch] = {}
+        for pid, entry in self.producers.items():
+            if (
+                entry.current_txn_first_offset is None
+                and entry.last_timestamp < now_ms - expiration
+            ):
+                continue
+            last = entry.batches[-1] if entry.batches else None
+            found[pid] = ProducerLastBatch(
+                None if last is None else last.last_offset,
+                entry.producer_epoch,
+                entry.last_timestamp,
+                -1 if last is None else last.first_sequence,
+                -1 if last is None else last.last_sequence,
+                -1 if last is None else last.first_offset,
+            )
+        return found
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open transaction (Kafka's ``firstUnstableOffset``),
@@ -276,11 +301,16 @@ class ProducerStateManager:
         minutes); here it happens at each roll and each load, which bounds the memory of a
         partition's producers the same way without a timer of its own.
         """
-        if self.map_end_offset < new_base_offset:
-            self.replay(_batches_between(segments, self.map_end_offset, new_base_offset))
-        self.map_end_offset = new_base_offset
+        self.catch_up(segments, new_base_offset)
         self.remove_expired_producers(self.clock.milliseconds())
         self.take_snapshot(sync=sync)
+
+    def catch_up(self, segments: Sequence[LogSegment], end_offset: int) -> None:
+        """Replay what the append path did not see (a bulk append's batches) up to
+        ``end_offset``; the map then ends there."""
+        if self.map_end_offset < end_offset:
+            self.replay(_batches_between(segments, self.map_end_offset, end_offset))
+        self.map_end_offset = end_offset
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         self.map_end_offset = max(self.map_end_offset, log_start_offset)

@@ -16,7 +16,15 @@ from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.clock import ManualClock
 from storagecore.index.transaction_index import ENTRY, AbortedTxn, TransactionIndex
 from storagecore.records.batch import ControlType, iter_complete_batches
-from tests.unit.storagecore.test_cleaner import COMPACT, marker, open_log, put, txn_append
+from tests.unit.storagecore.test_cleaner import (
+    COMPACT,
+    idempotent_append,
+    marker,
+    open_log,
+    put,
+    run_round,
+    txn_append,
+)
 
 SMALL = LogConfig(
     cleanup_policy=("compact",),
@@ -254,3 +262,29 @@ def test_a_log_dir_written_without_txn_indexes_gets_them_once(
         path.unlink()
     with LogManager([root], default_config=SMALL, clock=clock) as manager:
         assert manager.get_log(tp).aborted_transactions(0, 100) == []
+
+
+def test_the_cleaner_takes_producers_from_the_producer_state_not_a_walk(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """What the cleaner keeps of each producer (Kafka's lastRecordsOfActiveProducers) comes
+    from the producer state, and equals what the header walk finds (the reference); a round
+    walks nothing, before or after a restart."""
+    log = open_log(tmp_path, clock, SMALL)
+    for i in range(6):
+        idempotent_append(log, [b"i%d" % i], pid=11, seq=i)
+        txn_append(log, [b"t%d" % i], pid=12, seq=i)
+        put(log, b"k%d" % (i % 2), b"x" * 40)
+        marker(log, ControlType.ABORT if i % 2 else ControlType.COMMIT, pid=12)
+    marker(log, ControlType.ABORT, pid=13)  # a producer of markers only
+    txn_append(log, [b"open"], pid=14)  # an open transaction
+    now, expiration = clock.milliseconds(), 86_400_000
+    ours = log.last_records_of_active_producers(now, expiration)
+    assert set(ours) == {11, 12, 13, 14} and ours[13].last_data_offset is None
+    assert not log._txns.walked
+    assert ours == log.transaction_state().active_producers(now, expiration)
+    log = reopen(log, clock)
+    assert log.last_records_of_active_producers(now, expiration) == ours
+    log.roll()
+    run_round(log)
+    assert not log._txns.walked, "a cleaner round walked the log"
