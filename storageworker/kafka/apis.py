@@ -167,6 +167,8 @@ class Broker(Protocol):
     def topic_config(self, topic: str) -> tuple[dict[str, str], set[str]]:
         """Kafka keys → values of a served topic, and the keys set explicitly."""
 
+    def topic_config_read_only(self, topic: str) -> bool: ...
+
     def next_producer_id(self) -> int: ...
 
 
@@ -528,6 +530,7 @@ def describe_configs(request: Request, broker: Broker) -> dict[str, Any]:
             result["error_message"] = f"topic {name!r} is not on this worker"
             continue
         values, explicit = broker.topic_config(name)
+        read_only = broker.topic_config_read_only(name)
         keys = resource["configuration_keys"]
         for key in sorted(values) if keys is None else keys:
             if key not in values:
@@ -537,8 +540,8 @@ def describe_configs(request: Request, broker: Broker) -> dict[str, Any]:
                 {
                     "name": key,
                     "value": values[key],
-                    # Topic configs change through the Topic resource, not through Kafka.
-                    "read_only": True,
+                    # A Topic resource's configs change through it, not through Kafka.
+                    "read_only": read_only,
                     "is_default": key not in explicit,
                     "config_source": source,
                     "is_sensitive": False,

@@ -186,6 +186,12 @@ class WorkerBroker:
         values = topic_configs.reported(spec.config.to_topic_config(), dict(spec.topic_config))
         return values, set(spec.topic_config) & values.keys()
 
+    def topic_config_read_only(self, topic: str) -> bool:
+        """Whether a client may change the topic's configs (IncrementalAlterConfigs): a client
+        topic's, yes (read_only false, as Kafka's broker reports every topic config); a topic a
+        Topic resource owns (or an internal one), no: changes go through the resource."""
+        return self.worker.client_topics.get(topic) is None
+
     def next_producer_id(self) -> int:
         return self.producer_ids.next()
 

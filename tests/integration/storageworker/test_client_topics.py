@@ -153,6 +153,10 @@ def test_a_topic_resource_adopts_a_client_topic_and_delete_removes_one(root: Pat
         _create(served, "app-adopted", 1, {"retention.ms": "1000000"})
         _create(served, "app-gone", 2, {})
         _produce(served, "app-adopted", [(b"k", b"kept")])
+        admin = _admin(served)
+        [future] = admin.describe_configs([ConfigResource("TOPIC", "app-adopted")]).values()
+        # A client topic's configs are the client's to change: not read-only (as on Kafka).
+        assert not future.result(30)["retention.ms"].is_read_only
         declare(
             root,
             topic("declared", 1, {}),
@@ -164,9 +168,9 @@ def test_a_topic_resource_adopts_a_client_topic_and_delete_removes_one(root: Pat
             "the resource's second partition",
         )
         assert served.partition("app-adopted-0")["logEndOffset"] == 1  # the data stayed
-        admin = _admin(served)
         [future] = admin.describe_configs([ConfigResource("TOPIC", "app-adopted")]).values()
-        assert future.result(30)["retention.ms"].value == "2000000"
+        adopted = future.result(30)["retention.ms"]
+        assert adopted.value == "2000000" and adopted.is_read_only  # the resource's now
         store = json.loads((root / "data" / CLIENT_TOPICS_FILE).read_text())
         assert [t["name"] for t in store["topics"]] == ["app-gone"]
         # Now the resource's: the Admin API may not delete it.
