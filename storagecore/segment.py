@@ -76,9 +76,6 @@ class AppendedChunk(NamedTuple):
 
 
 class LogSegment:
-    # The .txnindex, made on first use (txn_index): most segments never need one.
-    _txn_index: TransactionIndex | None = None
-
     def __init__(  # noqa: PLR0917 - Kafka's constructor, called only by open() and tests
         self,
         log: FileRecords,
@@ -249,6 +246,9 @@ class LogSegment:
     @property
     def directory(self) -> Path:
         return self._log.path.parent
+
+    # The .txnindex, made on first use (txn_index): most segments never need one.
+    _txn_index: TransactionIndex | None = None
 
     @property
     def txn_index(self) -> TransactionIndex:
