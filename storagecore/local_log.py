@@ -51,6 +51,7 @@ from storagecore.index import TimestampOffset
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
 from storagecore.records import layout
 from storagecore.records.scan import append_uncompressed
+from storagecore.roll_params import roll_free_append_limits
 from storagecore.segment import FetchData, LogSegment
 
 logger = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ class LocalLog:
             return None  # a compressed first batch: spare the calls below
         if size > settings.segment_bytes - position:
             return None  # a roll, or RecordBatchTooLargeError: the general path decides
-        max_timestamp_no_roll = segment.roll_free_append_limits(settings.max_segment_ms, now_ms)
+        max_timestamp_no_roll = roll_free_append_limits(segment, settings.max_segment_ms, now_ms)
         if max_timestamp_no_roll is None:
             return None
         next_offset = segment.next_offset()

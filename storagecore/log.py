@@ -48,7 +48,8 @@ from storagecore.records.file_records import FileRegion
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
-from storagecore.segment import LogSegment, RollParams
+from storagecore.roll_params import RollParams, should_roll
+from storagecore.segment import LogSegment
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, TransactionState
 
 __all__ = [
@@ -298,7 +299,7 @@ class Log:
             messages_size=size,
             now_ms=now_ms,
         )
-        if segment.should_roll(params):
+        if should_roll(segment, params):
             logger.debug(
                 "%s: rolling segment %d (size %d)", self.tp, segment.base_offset, segment.size_bytes
             )

@@ -25,7 +25,6 @@ from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
 from storagecore.records.layout import (
     INT32_MAX,
-    INT64_MAX,
     NO_TIMESTAMP,
 )
 
@@ -37,17 +36,6 @@ _VERIFY_LOCK = threading.RLock()
 
 #: Single-header reads tried before a chunked header walk when translating an offset.
 _SHORT_WALK_BATCHES = 4
-
-
-class RollParams(NamedTuple):
-    """What :meth:`LogSegment.should_roll` needs to know about the incoming append."""
-
-    max_segment_ms: int
-    max_segment_bytes: int
-    max_timestamp_in_messages: int
-    max_offset_in_messages: int
-    messages_size: int
-    now_ms: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -524,71 +512,19 @@ class LogSegment:
                         return TimestampOffset(record.timestamp, record.offset)
         return None
 
-    # -- roll --------------------------------------------------------------------------------
-    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        self._load_first_batch_timestamp()
-        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
-            return message_timestamp - self.rolling_based_timestamp
-        return now_ms - self.created_ms
-
+    # -- roll (the decision is storagecore.roll_params') ------------------------------------
     def first_batch_timestamp(self) -> int:
         """Max timestamp of the first batch (Kafka ``getFirstBatchTimestamp``), -1 when empty."""
         for header in self.log.batch_headers(0):
             return header.max_timestamp
         return NO_TIMESTAMP
 
-    def _load_first_batch_timestamp(self) -> None:
+    def load_first_batch_timestamp(self) -> None:
+        """:attr:`rolling_based_timestamp` from the first batch, if not known yet."""
         if self.rolling_based_timestamp is None and self.log.size_bytes > 0:
             for header in self.log.batch_headers(0):
                 self.rolling_based_timestamp = header.max_timestamp
                 break
-
-    def should_roll(self, params: RollParams) -> bool:
-        """Kafka's roll conditions: the append would pass ``segment.bytes``; the segment is
-        older than ``segment.ms`` minus jitter (by record time); an index is full; or the
-        incoming offsets are not addressable from this base. Checked cheapest first."""
-        size = self.log.size_bytes
-        if size > params.max_segment_bytes - params.messages_size:
-            return True
-        offset_index, time_index = self.offset_index, self.time_index
-        if offset_index.entries >= offset_index.max_entries:
-            return True
-        if time_index.entries >= time_index.max_entries - 1:
-            return True
-        if not 0 <= params.max_offset_in_messages - self.base_offset <= INT32_MAX:
-            return True
-        return size > 0 and (
-            self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages)
-            > params.max_segment_ms - self.rolling_jitter_ms
-        )
-
-    def roll_free_append_limits(self, max_segment_ms: int, now_ms: int) -> int | None:
-        """What :meth:`should_roll` leaves open to an append, for the native append to check
-        without a roll decision of its own: the largest max timestamp an append may carry
-        without rolling by time (INT64_MAX when time cannot roll this segment). None when the
-        segment rolls whatever comes (an index is full, or its time is up by the clock), or an
-        index entry is due whose disk blocks are not reserved yet (:meth:`append` reserves them,
-        so that a full filesystem fails before anything is written).
-
-        The size and offset conditions are the caller's and the native append's."""
-        offset_index, time_index = self.offset_index, self.time_index
-        if (
-            offset_index.entries >= offset_index.max_entries
-            or time_index.entries >= time_index.max_entries - 1
-        ):
-            return None
-        if self.bytes_since_last_index_entry > self.index_interval_bytes and not (
-            offset_index.next_entry_reserved() and time_index.next_entry_reserved()
-        ):
-            return None  # append() reserves the blocks after validating, before writing
-        if self.log.size_bytes == 0:
-            return INT64_MAX
-        allowed_ms = max_segment_ms - self.rolling_jitter_ms
-        if self.rolling_based_timestamp is None:
-            self._load_first_batch_timestamp()
-        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
-            return max(min(self.rolling_based_timestamp + allowed_ms, INT64_MAX), -INT64_MAX - 1)
-        return INT64_MAX if now_ms - self.created_ms <= allowed_ms else None
 
     def on_become_inactive_segment(self) -> None:
         """Final time-index entry (the segment's max timestamp) and trimmed indexes."""

@@ -10,7 +10,8 @@ import pytest
 from storagecore import NewRecord, RecordBatch, build_batch
 from storagecore.errors import SegmentOffsetOverflowError
 from storagecore.records.batch import iter_complete_batches
-from storagecore.segment import LogSegment, RollParams
+from storagecore.roll_params import RollParams, should_roll
+from storagecore.segment import LogSegment
 from storagecore.segment_recovery import recover_segment
 
 BASE = 40
@@ -228,11 +229,11 @@ def test_first_batch_timestamp_drives_time_based_roll(tmp_path: Path) -> None:
             now_ms=now,
         )
 
-    assert not segment.should_roll(params(1_100))
-    assert segment.should_roll(params(1_101))
+    assert not should_roll(segment, params(1_100))
+    assert should_roll(segment, params(1_101))
     segment.close()
     reopened = make(tmp_path)  # on reload the first batch's max timestamp is used
-    assert reopened.should_roll(params(1_101)) and not reopened.should_roll(params(1_050))
+    assert should_roll(reopened, params(1_101)) and not should_roll(reopened, params(1_050))
 
 
 def test_roll_on_size_index_full_and_overflow(tmp_path: Path) -> None:
@@ -240,37 +241,41 @@ def test_roll_on_size_index_full_and_overflow(tmp_path: Path) -> None:
     segment = make(tmp_path, index_interval_bytes=0, max_index=36)
     append(segment, BASE, b"x" * 50)
     base_params = dict(max_segment_ms=10**9, max_timestamp_in_messages=0, now_ms=0)
-    assert segment.should_roll(
+    assert should_roll(
+        segment,
         RollParams(
             max_segment_bytes=120, max_offset_in_messages=BASE + 1, messages_size=60, **base_params
-        )
+        ),
     )
-    assert not segment.should_roll(
+    assert not should_roll(
+        segment,
         RollParams(
             max_segment_bytes=10**6,
             max_offset_in_messages=BASE + 1,
             messages_size=60,
             **base_params,
-        )
+        ),
     )
-    assert segment.should_roll(
+    assert should_roll(
+        segment,
         RollParams(
             max_segment_bytes=10**6,
             max_offset_in_messages=BASE + 2**31,
             messages_size=60,
             **base_params,
-        )
+        ),
     )
     append(segment, BASE + 1, b"y", timestamp=1)
     append(segment, BASE + 2, b"z", timestamp=2)
     assert segment.time_index.is_full() and not segment.offset_index.is_full()
-    assert segment.should_roll(
+    assert should_roll(
+        segment,
         RollParams(
             max_segment_bytes=10**6,
             max_offset_in_messages=BASE + 3,
             messages_size=60,
             **base_params,
-        )
+        ),
     )
 
 
