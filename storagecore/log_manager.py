@@ -59,7 +59,7 @@ class RetentionCoordinator(Protocol):
 
     def pause_cleaning_for_non_compacted(self, logs: Sequence[Log]) -> list[Log]: ...
 
-    def resume(self, tp: TopicPartition) -> None: ...
+    def resume_after_retention(self, tp: TopicPartition) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -552,7 +552,7 @@ class LogManager:
         finally:
             if cleaner is not None:
                 for log in logs:
-                    cleaner.resume(log.tp)
+                    cleaner.resume_after_retention(log.tp)
         self.record_retention(plans)
         return plans
 

@@ -315,7 +315,7 @@ class WorkerCollector(Collector):
             families["open_txns"].add_metric(values, log.open_transactions())
             families["lso_lag"].add_metric(values, log.high_watermark - log.last_stable_offset)
             controls = worker.controls_for(tp.topic)
-            _, paused = cleaner.manager.state(tp)
+            _, paused = cleaner.manager.reported_state(tp)
             families["cleaning_paused"].add_metric(
                 values, 1.0 if controls.pause_cleaning or paused else 0.0
             )

@@ -46,7 +46,7 @@ def partition_status(
 ) -> dict[str, Any]:
     """One partition's entry; ``checkpoints`` is the cleaner's (read once per document)."""
     tp = log.tp
-    state, paused = cleaner.manager.state(tp)
+    state, paused = cleaner.manager.reported_state(tp)
     controls = worker.controls_for(tp.topic)
     request = cleaner.manager.compaction_outcomes.get(tp)
     mark = cleaner.manager.uncleanable_marks.get(tp)
@@ -324,7 +324,7 @@ def partition_summary(worker: Worker, logs: list[Log], now_ms: int) -> dict[str,
     size_bytes = segments = 0
     for log in logs:
         tp = log.tp
-        state, _ = cleaner.manager.state(tp)
+        state, _ = cleaner.manager.reported_state(tp)
         name = state.value if state is not None else "idle"
         by_state[name] = by_state.get(name, 0) + 1
         controls = worker.controls_for(tp.topic)

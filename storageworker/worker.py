@@ -557,7 +557,7 @@ class Worker:
         for tp in sorted(manager.logs):
             if topic is not None and tp.topic != topic:
                 continue
-            state, _ = cleaner.manager.state(tp)
+            state, _ = cleaner.manager.reported_state(tp)
             controls = self.controls_for(tp.topic)
             result[str(tp)] = {
                 "cleanerState": state.value if state is not None else "idle",

@@ -17,7 +17,9 @@ that many (those needing attention first: uncleanable or offline, then the dirti
 ``partitionStatusOmitted`` says how many it leaves out, beside the summaries (``partitions``,
 ``sizeBytes``, ``maxDirtyRatio``, ``uncleanablePartitions``). A message names at most
 :data:`MESSAGE_ITEMS_MAX` partitions ("and N more") and is cut at :data:`MESSAGE_CHARS_MAX`.
-The StorageVolume's status holds summaries only.
+The StorageVolume's status holds summaries, and the topics Kafka clients created up to
+:data:`CLIENT_TOPICS_SHOWN` (the first by name; ``clientTopicCount`` counts them all and
+``clientTopicsOmitted`` those left out).
 """
 
 from __future__ import annotations
@@ -350,8 +352,9 @@ def settled_disk_free(shown: int | None, measured: int | None) -> int | None:
     return shown if abs(measured - shown) < DISK_FREE_STEP * shown else measured
 
 
-#: Client topics listed in a StorageVolume's status (the CRD's maxItems).
-CLIENT_TOPICS_SHOWN: Final = 1000
+#: Client topics listed in a StorageVolume's status at most (the CRD's maxItems): with names of
+#: up to 249 characters, about 27 KiB.
+CLIENT_TOPICS_SHOWN: Final = 100
 
 
 def volume_figures(
@@ -369,13 +372,17 @@ def volume_figures(
         for d in worker.get("dirs") or ()
         if (d.get("disk") or {}).get("freeBytes") is not None
     ]
-    client = (worker.get("clientTopics") or {}).get("topics") or []
+    client = sorted(
+        (worker.get("clientTopics") or {}).get("topics") or [], key=lambda t: str(t["name"])
+    )
     return {
         "topics": len(set(worker.get("topics") or ()) - internal),
         "clientTopicCount": len(client),
+        # The first by name: a stable list, which moves only when one of those changes.
         "clientTopics": [
             {"name": t["name"], "partitions": t["partitions"]} for t in client[:CLIENT_TOPICS_SHOWN]
         ],
+        "clientTopicsOmitted": max(len(client) - CLIENT_TOPICS_SHOWN, 0),
         "partitions": len(partitions),
         "sizeBytes": sum(int(p.get("sizeBytes") or 0) for p in partitions),
         "maxDirtyRatio": max(ratios) if ratios else None,

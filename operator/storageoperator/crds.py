@@ -23,7 +23,7 @@ from storagecore.config import (
     LONG_MAX,
     TIMESTAMP_TYPES,
 )
-from storageoperator.conditions import PARTITION_STATUS_MAX
+from storageoperator.conditions import CLIENT_TOPICS_SHOWN, PARTITION_STATUS_MAX
 from storageoperator.network_policy import (
     ALLOWED_NAMESPACES_MAX,
     NAMESPACE_LENGTH_MAX,
@@ -421,9 +421,10 @@ def storage_volume_crd() -> dict[str, Any]:
             },
             "clientTopics": {
                 "type": "array",
-                "maxItems": 1000,
+                "maxItems": CLIENT_TOPICS_SHOWN,
                 "description": "Topics Kafka clients created (clientTopicPrefixes) that no "
-                "Topic resource declares, at most 1000 shown (clientTopicCount has them all).",
+                f"Topic resource declares: the first {CLIENT_TOPICS_SHOWN} by name "
+                "(clientTopicCount counts them all, clientTopicsOmitted those not listed).",
                 "items": {
                     "type": "object",
                     "description": "One client topic.",
@@ -436,6 +437,11 @@ def storage_volume_crd() -> dict[str, Any]:
             "clientTopicCount": {
                 "type": "integer",
                 "description": "How many topics Kafka clients created on the volume.",
+            },
+            "clientTopicsOmitted": {
+                "type": "integer",
+                "description": "Client topics beyond the first "
+                f"{CLIENT_TOPICS_SHOWN} by name, counted but not listed in clientTopics.",
             },
             "diskFreeBytes": {
                 "type": "integer",

@@ -26,6 +26,7 @@ import logging
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -49,6 +50,9 @@ STATUS_INTERVAL_S = float(os.environ.get("LOGKEEPER_STATUS_INTERVAL_S", "15"))
 #: How long a Topic deletion waits for the worker to confirm before releasing the finalizer.
 DELETE_WAIT_S = float(os.environ.get("LOGKEEPER_DELETE_WAIT_S", "120"))
 NETWORK_POLICIES = NetworkPolicySettings.from_env()
+#: Partitions per ``/v1/status`` page the timer reads, and pages at most (a bound on a pass).
+STATUS_PAGE_PARTITIONS = 1000
+STATUS_PAGES_MAX = 1000
 RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 RETRIES = 6
 
@@ -454,11 +458,27 @@ def _read_worker_status(
     if not ip:
         return None, f"pod {pod_name} has no IP yet"
     url = f"http://{ip}:{render.HTTP_PORT}/v1/status"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return dict(json.load(response)), None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, f"{url}: {exc}"
+    document: dict[str, Any] | None = None
+    after: str | None = None
+    # Page by page: each request stays short however many partitions the worker holds (a
+    # whole document of 10,000 partitions takes the worker seconds to build).
+    for _ in range(STATUS_PAGES_MAX):
+        query = {"limit": str(STATUS_PAGE_PARTITIONS)} | ({} if after is None else {"after": after})
+        page_url = f"{url}?{urllib.parse.urlencode(query)}"
+        try:
+            with urllib.request.urlopen(page_url, timeout=5) as response:
+                page = dict(json.load(response))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return None, f"{page_url}: {exc}"
+        if document is None:
+            document = page
+        else:
+            document["partitions"] += page.get("partitions") or []
+        after = (page.get("page") or {}).get("nextAfter")
+        if after is None:
+            document.pop("page", None)
+            return document, None
+    return None, f"{url}: more than {STATUS_PAGES_MAX} pages of {STATUS_PAGE_PARTITIONS} partitions"
 
 
 def _now() -> str:

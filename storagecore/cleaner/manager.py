@@ -20,6 +20,14 @@ Transitions (Kafka's, including its IllegalStateException cases as AssertionErro
 moved it to PAUSED(1); PAUSED(n) → PAUSED(n+1). ``resume``: PAUSED(1) → none; PAUSED(n) →
 PAUSED(n-1). ``done_cleaning``: IN_PROGRESS → none and checkpoint written; ABORTED → PAUSED(1).
 
+Retention's holds (``deletable_logs``: IN_PROGRESS while the cleaner thread runs retention
+over the compacted logs; ``pause_cleaning_for_non_compacted``: PAUSED(1) while the retention
+task runs over the others) are Kafka's mutual exclusion, not work on the log: they are counted
+apart (``_Entry.retention_holds``) and :meth:`LogCleanerManager.reported_state` leaves them out,
+so that a status read in the middle of a retention pass shows an idle log as idle. (It showed
+LogCleaningInProgress for whichever compacted logs the pass had not reached yet: thousands of
+empty compacted partitions flipped between idle and in progress from one read to the next.)
+
 Unlike Kafka, an uncleanable partition keeps the reason it was marked with and is retried with
 backoff, or at once on request, without a restart (:mod:`.uncleanable`, KAFKA-19895); and every
 compact-now request ends in an outcome that status shows (:mod:`.compaction_request`).
@@ -67,6 +75,9 @@ class CleaningState(enum.Enum):
 class _Entry:
     state: CleaningState
     paused: int = 0
+    # Invariant: 0 <= retention_holds <= 1; with IN_PROGRESS it means retention, not a clean,
+    # holds the log; with PAUSED it is one of the ``paused`` pauses (retention's own).
+    retention_holds: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -336,12 +347,13 @@ class LogCleanerManager:
                 and log.tp not in self._uncleanable
             ]
             for log in chosen:
-                self._states[log.tp] = _Entry(CleaningState.IN_PROGRESS)
+                self._states[log.tp] = _Entry(CleaningState.IN_PROGRESS, retention_holds=1)
             return chosen
 
     def pause_cleaning_for_non_compacted(self, logs: Sequence[Log]) -> list[Log]:
         """Kafka ``pauseCleaningForNonCompactedPartitions``: the retention thread's logs,
-        PAUSED so that a policy flip to compact cannot start a clean under it. Resume each."""
+        PAUSED so that a policy flip to compact cannot start a clean under it. Release each with
+        :meth:`resume_after_retention`."""
         with self._lock:
             chosen = [
                 log
@@ -349,8 +361,18 @@ class LogCleanerManager:
                 if not log.config.compact and not log.offline and log.tp not in self._states
             ]
             for log in chosen:
-                self._states[log.tp] = _Entry(CleaningState.PAUSED, 1)
+                self._states[log.tp] = _Entry(CleaningState.PAUSED, 1, retention_holds=1)
             return chosen
+
+    def resume_after_retention(self, tp: TopicPartition) -> None:
+        """Release the pause :meth:`pause_cleaning_for_non_compacted` took (the log may stay
+        paused by others who paused it meanwhile)."""
+        with self._lock:
+            entry = self._states.get(tp)
+            if entry is None or entry.retention_holds != 1:
+                raise AssertionError(f"{tp}: retention's pause released twice ({entry})")
+            entry.retention_holds = 0
+        self.resume(tp)
 
     def done_deleting(self, tps: Iterable[TopicPartition]) -> None:
         """End of cleaner-driven retention: IN_PROGRESS → none; ABORTED → PAUSED(1)."""
@@ -362,7 +384,8 @@ class LogCleanerManager:
                 if entry.state is CleaningState.IN_PROGRESS:
                     del self._states[tp]
                 elif entry.state is CleaningState.ABORTED:
-                    entry.state, entry.paused = CleaningState.PAUSED, 1
+                    # The pause that aborted it stays: its own, not retention's.
+                    entry.state, entry.paused, entry.retention_holds = CleaningState.PAUSED, 1, 0
                     self._lock.notify_all()
                 else:
                     raise AssertionError(f"{tp}: done_deleting in state {entry.state}")
@@ -394,6 +417,21 @@ class LogCleanerManager:
             entry = self._states.get(tp)
             return (None, 0) if entry is None else (entry.state, entry.paused)
 
+    def reported_state(self, tp: TopicPartition) -> tuple[CleaningState | None, int]:
+        """:meth:`state` as status and metrics show it: retention's holds left out (a log that
+        retention holds and nobody cleans or paused is idle, ``(None, 0)``), the pause count
+        without retention's own pause."""
+        with self._lock:
+            entry = self._states.get(tp)
+            if entry is None:
+                return None, 0
+            if entry.state is CleaningState.IN_PROGRESS and entry.retention_holds:
+                return None, 0
+            if entry.state is CleaningState.PAUSED:
+                paused = entry.paused - entry.retention_holds
+                return (CleaningState.PAUSED, paused) if paused > 0 else (None, 0)
+            return entry.state, entry.paused
+
     def abort_and_pause(
         self, tp: TopicPartition, timeout_s: float | None = None, now_ms: int = 0
     ) -> None:
@@ -423,6 +461,8 @@ class LogCleanerManager:
             entry = self._states.get(tp)
             if entry is None or entry.state is not CleaningState.PAUSED:
                 raise AssertionError(f"{tp}: resume of cleaning that is not paused ({entry})")
+            if entry.paused <= entry.retention_holds:
+                raise AssertionError(f"{tp}: resume of retention's own pause ({entry})")
             entry.paused -= 1
             if entry.paused == 0:
                 del self._states[tp]
