@@ -51,7 +51,7 @@ STATUS_INTERVAL_S = float(os.environ.get("LOGKEEPER_STATUS_INTERVAL_S", "15"))
 DELETE_WAIT_S = float(os.environ.get("LOGKEEPER_DELETE_WAIT_S", "120"))
 NETWORK_POLICIES = NetworkPolicySettings.from_env()
 #: Partitions per ``/v1/status`` page the timer reads, and pages at most (a bound on a pass).
-STATUS_PAGE_PARTITIONS = 1000
+STATUS_PAGE_PARTITIONS = int(os.environ.get("LOGKEEPER_STATUS_PAGE_PARTITIONS", "1000"))
 STATUS_PAGES_MAX = 1000
 RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 RETRIES = 6

@@ -58,13 +58,19 @@ SHARD_BYTES_PER_TOPIC_MAX = 1024
 ENTRY_WRITE_BYTES_MAX = 1024
 #: The operator's status pass interval in this test (the other e2e tests': 1 s).
 STATUS_INTERVAL_S = 5.0
+#: The operator's settings here: a status pass every 5 s, and the worker's status read in pages
+#: of a tenth of the Topics (several pages at any count; 1,000, the default, at 10,000).
+OPERATOR_ENV = {
+    "LOGKEEPER_STATUS_INTERVAL_S": str(STATUS_INTERVAL_S),
+    "LOGKEEPER_STATUS_PAGE_PARTITIONS": str(max(TOPICS // 10, 10)),
+}
 #: A change to one Topic: its status writes (Progressing, then Ready) and events, at most.
 CHANGE_STATUS_WRITES_MAX = 4
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
-    environment = Env(tmp_path, {"LOGKEEPER_STATUS_INTERVAL_S": str(STATUS_INTERVAL_S)})
+    environment = Env(tmp_path, OPERATOR_ENV)
     try:
         yield environment
     finally:
@@ -341,7 +347,7 @@ def test_thousands_of_topics_reach_the_worker_with_linear_writes(env: Env) -> No
     resumed_from = env.logs().count("Handler 'topic_changed' succeeded")
     mark = len(env.cluster.server.writes)
     started = time.monotonic()
-    env.start_operator({"LOGKEEPER_STATUS_INTERVAL_S": str(STATUS_INTERVAL_S)})
+    env.start_operator(OPERATOR_ENV)
     wait(
         env,
         lambda: env.logs().count("Handler 'topic_changed' succeeded") - resumed_from >= TOPICS,

@@ -262,6 +262,7 @@ def test_figures_for_topic_and_volume() -> None:
         "diskFreeBytes": 100,
         "clientTopicCount": 0,
         "clientTopics": [],
+        "clientTopicsOmitted": 0,
     }
     # The worker's own offsets topic is not counted as the user's.
     with_offsets = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from storageoperator import conditions
+from storageoperator import conditions, crds
 
 #: Far under the API server's 1 MiB object limit (and its 1.5 MiB request limit).
 STATUS_BYTES_MAX = 64 * 1024
@@ -103,3 +103,33 @@ def test_volume_status_is_summaries_only() -> None:
     }
     assert len(json.dumps(status)) < 16 * 1024
     assert all(len(c["message"]) <= conditions.MESSAGE_CHARS_MAX for c in status["conditions"])
+
+
+def test_volume_status_lists_client_topics_up_to_the_documented_count() -> None:
+    """Topics Kafka clients created: the first CLIENT_TOPICS_SHOWN by name, with the longest
+    names Kafka allows; the count of all of them and of those left out beside."""
+    report = worker(10, broken=False)
+    created = [
+        {"name": f"wordcount-{n:05d}-" + "x" * 233, "partitions": 12, "createdMs": 1}
+        for n in reversed(range(PARTITIONS))
+    ]
+    assert len(created[0]["name"]) == 249
+    report["clientTopics"] = {"prefixes": ["wordcount-"], "topics": created}
+    figures = conditions.volume_figures(report)
+    assert len(json.dumps(figures)) < 32 * 1024
+    listed = figures["clientTopics"]
+    assert len(listed) == conditions.CLIENT_TOPICS_SHOWN
+    assert [t["name"] for t in listed] == sorted(t["name"] for t in created)[: len(listed)]
+    assert listed[0] == {"name": created[-1]["name"], "partitions": 12}
+    assert figures["clientTopicCount"] == PARTITIONS
+    assert figures["clientTopicsOmitted"] == PARTITIONS - conditions.CLIENT_TOPICS_SHOWN
+    # The CRD's bound is the same count.
+    schema = crds.storage_volume_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert (
+        schema["properties"]["status"]["properties"]["clientTopics"]["maxItems"]
+        == conditions.CLIENT_TOPICS_SHOWN
+    )
+    # Few client topics: every one listed, none omitted.
+    report["clientTopics"]["topics"] = created[:3]
+    few = conditions.volume_figures(report)
+    assert len(few["clientTopics"]) == 3 and few["clientTopicsOmitted"] == 0

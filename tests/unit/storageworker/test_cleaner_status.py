@@ -138,3 +138,48 @@ def test_a_pause_during_a_retention_pass_shows_and_outlives_it(
     assert reported(worker)["keys-0"] == ("LogCleaningPaused", 1)
     manager.resume(keys)
     assert reported(worker)["keys-0"] == ("idle", 0) and manager.state(keys) == (None, 0)
+
+
+def test_the_operator_writes_no_status_while_nothing_changes(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's side: the Topic status it would write from each of those reads (also the
+    reads from inside the retention passes) is the one it already wrote, so it writes nothing."""
+    from storageoperator import conditions, handlers
+
+    setup.declare(topic_yaml("keys", 4, COMPACTED))
+    worker = setup.start()
+    assert worker.cleaner is not None and worker.log_manager is not None
+    body: dict[str, Any] = {
+        "apiVersion": "logkeeper.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": "keys", "namespace": "ns", "generation": 1},
+        "spec": {"volume": "v", "partitions": 4, "config": COMPACTED},
+    }
+    volume = {"metadata": {"name": "v", "namespace": "ns"}}
+
+    def status_write(document: dict[str, Any]) -> dict[str, Any] | None:
+        """What the operator's timer would write for ``body`` from ``document`` (None: no
+        write)."""
+        view = conditions.worker_views(document)("keys")
+        conds = conditions.topic_conditions(body, volume=volume, worker=view)
+        return handlers._status_patch(body, conditions.topic_figures("keys", view), conds)
+
+    first = status_write(volume_status(worker))
+    assert first is not None and {p["cleanerState"] for p in first["partitionStatus"]} == {"idle"}
+    body["status"] = first  # written once
+    documents: list[dict[str, Any]] = []
+    original = Log.delete_old_segments
+
+    def spying(log: Log, *args: Any, **kwargs: Any) -> Any:
+        documents.append(volume_status(worker))
+        return original(log, *args, **kwargs)
+
+    monkeypatch.setattr(Log, "delete_old_segments", spying)
+    for _ in range(5):
+        worker.cleaner.do_work()
+        setup.clock.advance(1000)
+        worker.log_manager.cleanup_logs(worker.cleaner.manager)
+        documents.append(volume_status(worker))
+    assert len(documents) >= 5 * 5
+    assert [status_write(d) for d in documents] == [None] * len(documents)
