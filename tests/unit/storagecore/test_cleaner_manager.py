@@ -267,3 +267,33 @@ def test_update_checkpoint_prunes_partitions_that_are_gone(
     assert cm.all_checkpoints() == {a: 3, b: 4, c: 5}
     cm.update_checkpoint(tmp_path, [b, c], update=(a, 1), updates={c: 8})
     assert cm.all_checkpoints() == {b: 4, c: 8}
+
+
+def test_retention_holds_are_not_reported_and_only_retention_releases_its_own(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    log = make_log(tmp_path, clock)
+    cm = manager(tmp_path)
+    tp = log.tp
+    # The retention task's pause of a log that is not compacted: held, reported idle.
+    plain = make_log(tmp_path, clock, "plain", config=LogConfig(cleanup_policy=("delete",)))
+    assert cm.pause_cleaning_for_non_compacted([plain]) == [plain]
+    assert cm.state(plain.tp) == (CleaningState.PAUSED, 1)
+    assert cm.reported_state(plain.tp) == (None, 0)
+    with pytest.raises(AssertionError, match="retention's own pause"):
+        cm.resume(plain.tp)  # nobody else may release it
+    cm.abort_and_pause(plain.tp)  # an admin's pause meanwhile shows
+    assert cm.reported_state(plain.tp) == (CleaningState.PAUSED, 1)
+    cm.resume_after_retention(plain.tp)
+    assert cm.state(plain.tp) == cm.reported_state(plain.tp) == (CleaningState.PAUSED, 1)
+    cm.resume(plain.tp)
+    assert cm.state(plain.tp) == (None, 0)
+    # The cleaner's retention pass over a compacted log: in progress, reported idle.
+    assert cm.deletable_logs([log]) == [log]
+    assert cm.state(tp) == (CleaningState.IN_PROGRESS, 0)
+    assert cm.reported_state(tp) == (None, 0)
+    cm.done_deleting([tp])
+    assert cm.state(tp) == cm.reported_state(tp) == (None, 0)
+    # A clean is reported as one.
+    assert cm.grab_filthiest_log([log], clock.milliseconds()) is not None
+    assert cm.reported_state(tp) == (CleaningState.IN_PROGRESS, 0)
