@@ -58,6 +58,9 @@ from storagecore.segment_recovery import recover_segment, sanity_check_segment
 
 logger = logging.getLogger(__name__)
 
+#: Digits of a segment file name's offset (a longer name is normalised before comparing).
+_PREFIX_DIGITS = len(files.filename_prefix(0))
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LoadedLog:
@@ -144,17 +147,23 @@ def load_log(
 
     # Pass 3: orphan indexes, open segments, rebuild missing or corrupt indexes.
     names = set(_list_files(directory) if changed or swap_files else listing)
-    for name in sorted(names):
-        if files.is_segment_file_name(name) and name.endswith(files.INDEX_SUFFIXES):
-            log_name = files.filename_prefix(files.offset_from_file_name(name)) + files.LOG_SUFFIX
-            if log_name not in names:
-                logger.warning("%s Deleting orphaned index file %s", prefix, name)
-                (directory / name).unlink()
-    log_bases = sorted(
-        files.offset_from_file_name(name)
-        for name in names
-        if files.is_segment_file_name(name) and name.endswith(files.LOG_SUFFIX)
-    )
+    # One pass over the names, the cheap suffix test first (three names per segment).
+    log_bases: list[int] = []
+    index_names: list[str] = []
+    for name in names:
+        if name.endswith(files.LOG_SUFFIX):
+            if files.is_segment_file_name(name):
+                log_bases.append(files.offset_from_file_name(name))
+        elif name.endswith(files.INDEX_SUFFIXES) and files.is_segment_file_name(name):
+            index_names.append(name)
+    log_bases.sort()
+    for name in sorted(index_names):
+        head = name.partition(".")[0]
+        if len(head) != _PREFIX_DIGITS:
+            head = files.filename_prefix(int(head))
+        if head + files.LOG_SUFFIX not in names:
+            logger.warning("%s Deleting orphaned index file %s", prefix, name)
+            (directory / name).unlink()
     # After an unclean shutdown everything from the recovery point on is rebuilt in pass 4.
     recover_from_index = (
         len(log_bases)
