@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import gc
 import json
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from storagecore import durability, files
+from storagecore import durability, file_lock, files
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition
@@ -38,7 +36,6 @@ from storagecore.errors import (
     ConfigError,
     CorruptCheckpointError,
     LogDirFullError,
-    LogDirLockedError,
     LogDirOfflineError,
     ResourceExhaustedError,
     StorageError,
@@ -93,30 +90,6 @@ class RetentionTotals:
     bytes_deleted: int = 0
 
 
-def _locked(path: Path) -> LogDirLockedError:
-    return LogDirLockedError(
-        f"log directory {path} is locked by another process ({path / files.LOCK_FILE}); "
-        "stop the other worker or use another directory"
-    )
-
-
-def check_unlocked(path: Path) -> None:
-    """Raise :class:`LogDirLockedError` when another holder has ``path``'s ``.lock``; takes
-    nothing and creates nothing (a pre-flight check for tools that will lock it later)."""
-    try:
-        fd = os.open(path / files.LOCK_FILE, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _locked(path) from None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
 class LogManager:
     def __init__(
         self,
@@ -154,6 +127,8 @@ class LogManager:
         self._lock = threading.RLock()
         self._dirs: dict[Path, _LogDir] = {}
         self._logs: dict[TopicPartition, Log] = {}
+        # Invariant: the number of logs in _logs per log dir (where a new log goes).
+        self._log_counts: dict[Path, int] = {}
         self._pending_dir_deletes: list[_PendingDirDelete] = []
         self._closed = False
         # Invariant: no segment of a log in here is deleted by retention (the worker's
@@ -183,13 +158,7 @@ class LogManager:
     # -- directories ---------------------------------------------------------------------------
     @staticmethod
     def _lock_dir(path: Path) -> _LogDir:
-        path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path / files.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise _locked(path) from None
+        fd = file_lock.lock_dir(path)
         marker = path / files.CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         if clean:
@@ -200,9 +169,7 @@ class LogManager:
     def _release_locks(self) -> None:
         for log_dir in self._dirs.values():
             if log_dir.lock_fd >= 0:
-                with contextlib.suppress(OSError):
-                    fcntl.flock(log_dir.lock_fd, fcntl.LOCK_UN)
-                os.close(log_dir.lock_fd)
+                file_lock.release(log_dir.lock_fd)
                 log_dir.lock_fd = -1
 
     @property
@@ -397,6 +364,10 @@ class LogManager:
                     f"{log.directory}"
                 )
             self._logs[log.tp] = log
+            self._count_log(log.parent_dir, 1)
+
+    def _count_log(self, path: Path, delta: int) -> None:
+        self._log_counts[path] = self._log_counts.get(path, 0) + delta
 
     # -- logs ----------------------------------------------------------------------------------
     def get_log(self, tp: TopicPartition) -> Log:
@@ -441,17 +412,17 @@ class LogManager:
                     flush_scheduler=self._roll_flush_scheduler,
                 )
             self._logs[tp] = log
+            self._count_log(target, 1)
             logger.info("Created log for %s in %s", tp, target)
             return log
 
     def _next_log_dir(self) -> Path:
-        counts = {d.path: 0 for d in self._dirs.values() if d.online}
-        if not counts:
+        # From the counts kept as logs come and go: a walk over every log per creation made
+        # creating N logs next to M cost O(N * M) (100 internal partitions beside 10,000 logs).
+        online = [d.path for d in self._dirs.values() if d.online]
+        if not online:
             raise LogDirOfflineError("every log directory is offline")
-        for log in self._logs.values():
-            if log.parent_dir in counts:
-                counts[log.parent_dir] += 1
-        return min(counts, key=lambda p: (counts[p], str(p)))
+        return min(online, key=lambda p: (self._log_counts.get(p, 0), str(p)))
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for tp, log in self.logs.items():
@@ -469,6 +440,7 @@ class LogManager:
                 target = parent / files.delete_dir_name(tp)
                 durability.rename(log.directory, target, sync_parent=True)
                 del self._logs[tp]
+                self._count_log(parent, -1)
                 self._checkpoint_dir(parent)
             self._schedule_dir_delete(target, delay_ms=log.config.file_delete_delay_ms)
             logger.info("Log for %s renamed to %s for deletion", tp, target.name)
@@ -668,6 +640,7 @@ class LogManager:
                     before_unlock()
             finally:
                 self._logs.clear()
+                self._log_counts.clear()
                 self._release_locks()
 
     def close_without_shutdown(self) -> None:
@@ -679,6 +652,7 @@ class LogManager:
             for log in self._logs.values():
                 log.close_handles()
             self._logs.clear()
+            self._log_counts.clear()
             self._release_locks()
 
     def __enter__(self) -> LogManager:

@@ -58,6 +58,23 @@ def test_least_loaded_placement(tmp_path: Path, clock: ManualClock) -> None:
         assert manager.get_or_create_log(TopicPartition("t", 0)).parent_dir == placed[0]
 
 
+def test_placement_counts_loaded_created_and_deleted_logs(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Placement reads per-dir counts kept as logs load, are created and are deleted (not a
+    walk over every log per creation): loaded logs count, a deleted log frees its place."""
+    a, b = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    for p in range(3):
+        (a / f"old-{p}").mkdir(parents=True)
+    with LogManager([a, b], clock=clock) as manager:
+        new = [manager.get_or_create_log(TopicPartition("new", p)).parent_dir for p in range(3)]
+        assert new == [b, b, b]  # a holds the 3 loaded logs
+        manager.delete_log(TopicPartition("new", 0))
+        manager.delete_log(TopicPartition("new", 1))
+        later = [manager.get_or_create_log(TopicPartition("later", p)).parent_dir for p in range(3)]
+        assert later == [b, b, a]  # b back to 1 log: 1, 2, then a tie (3 each) goes to a
+
+
 def test_checkpoints_and_clean_shutdown_marker(tmp_path: Path, clock: ManualClock) -> None:
     data = tmp_path / "d"
     with LogManager([data], clock=clock) as manager:
