@@ -84,7 +84,12 @@ def load_log(
     had_clean_shutdown: bool,
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     file_cache: FileCache | None = None,
+    defer_delete: Callable[[Path], None] | None = None,
 ) -> LoadedLog:
+    """Load ``directory`` (the passes of the module docstring). ``defer_delete``: the
+    ``*.deleted`` files of pass 1 go to it instead of being unlinked here (the LogManager
+    unlinks them after the load, so that a restart soon after retention or a clean, which
+    leave thousands of them, is not bound by their unlinks; nothing reads a ``.deleted``)."""
     prefix = f"[LogLoader partition={tp}, dir={directory.parent}]"
     now_ms = clock.milliseconds()
 
@@ -105,7 +110,9 @@ def load_log(
     # Pass 1: temporary files. One listing (names and types, no stat) serves pass 3 too
     # unless passes 1 or 2 changed the directory.
     listing = _list_files(directory)
-    swap_files, changed = _remove_temp_files_and_collect_swap_files(directory, listing, prefix)
+    swap_files, changed = _remove_temp_files_and_collect_swap_files(
+        directory, listing, prefix, defer_delete
+    )
 
     # Pass 2: complete interrupted swaps.
     log_swaps = [p for p in swap_files if p.name.endswith(files.LOG_SUFFIX + files.SWAP_SUFFIX)]
@@ -351,9 +358,13 @@ def _list_files(directory: Path) -> list[str]:
 
 
 def _remove_temp_files_and_collect_swap_files(
-    directory: Path, names: list[str], prefix: str
+    directory: Path,
+    names: list[str],
+    prefix: str,
+    defer_delete: Callable[[Path], None] | None,
 ) -> tuple[list[Path], bool]:
-    """The valid ``.swap`` files, and whether anything was deleted."""
+    """The valid ``.swap`` files, and whether anything was deleted (a ``.deleted`` file
+    handed to ``defer_delete`` counts as gone: pass 3 ignores its name)."""
     swap_files: list[Path] = []
     cleaned_files: list[Path] = []
     min_cleaned_offset: int | None = None
@@ -364,6 +375,9 @@ def _remove_temp_files_and_collect_swap_files(
         path = directory / name
         if name.endswith(files.DELETED_SUFFIX):
             if name.endswith(".checkpoint" + files.DELETED_SUFFIX):
+                continue
+            if defer_delete is not None:
+                defer_delete(path)
                 continue
             logger.info("%s Deleting stray temporary file %s", prefix, name)
             path.unlink()

@@ -21,7 +21,6 @@ import dataclasses
 import gc
 import json
 import logging
-import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -43,6 +42,7 @@ from storagecore.errors import (
 )
 from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
 from storagecore.log import Log
+from storagecore.logs_to_delete import LogsToDelete
 from storagecore.retention import RetentionPlan
 from storagecore.roll_flush import RollFlushThread
 
@@ -74,12 +74,6 @@ class _LogDir:
     durable_checkpoints: dict[str, dict[TopicPartition, int]] = dataclasses.field(
         default_factory=dict
     )
-
-
-@dataclasses.dataclass(slots=True)
-class _PendingDirDelete:
-    due_ms: int
-    path: Path
 
 
 @dataclasses.dataclass(slots=True)
@@ -129,7 +123,9 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         # Invariant: the number of logs in _logs per log dir (where a new log goes).
         self._log_counts: dict[Path, int] = {}
-        self._pending_dir_deletes: list[_PendingDirDelete] = []
+        # -delete dirs, and the stray .deleted files the load found: unlinked by
+        # delete_expired_logs (the worker's delete task), the stray files at shutdown too.
+        self._to_delete = LogsToDelete(self._dirs.keys(), self.handle_io_error)
         self._closed = False
         # Invariant: no segment of a log in here is deleted by retention (the worker's
         # pause-retention); replaced as a whole, so readers need no lock.
@@ -318,6 +314,7 @@ class LogManager:
                 on_disk_full=self.note_disk_full,
                 file_cache=self.file_cache,
                 flush_scheduler=self._roll_flush_scheduler,
+                defer_delete=self._to_delete.add_stray_file,
             )
 
         if len(jobs) <= 1 or self.recovery_threads_per_dir <= 1:
@@ -447,32 +444,17 @@ class LogManager:
             return target
 
     def _schedule_dir_delete(self, path: Path, *, delay_ms: int) -> None:
-        self._pending_dir_deletes.append(
-            _PendingDirDelete(self.clock.milliseconds() + delay_ms, path)
-        )
+        self._to_delete.schedule_dir(path, self.clock.milliseconds() + delay_ms)
 
     def delete_expired_logs(self) -> int:
-        """kafka-delete-logs: remove ``-delete`` dirs whose delay passed. Returns how many."""
-        with self._lock:
-            now_ms = self.clock.milliseconds()
-            due = [p for p in self._pending_dir_deletes if p.due_ms <= now_ms]
-            self._pending_dir_deletes = [p for p in self._pending_dir_deletes if p.due_ms > now_ms]
-        for pending in due:
-            path = pending.path
-            # Invariant 5: only a -delete child of one of our log dirs is ever removed.
-            assert path.parent in self._dirs and files.is_delete_dir_name(path.name), path
-            try:
-                shutil.rmtree(path)
-                logger.info("Deleted log directory %s", path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                self.handle_io_error(path.parent, exc)
-        return len(due)
+        """kafka-delete-logs: remove ``-delete`` dirs whose delay passed, and the stray
+        ``.deleted`` files the load left (storagecore.logs_to_delete). Returns how many dirs."""
+        self._to_delete.delete_stray_files()
+        return self._to_delete.delete_due_dirs(self.clock.milliseconds())
 
     @property
     def pending_dir_deletes(self) -> list[Path]:
-        return [p.path for p in self._pending_dir_deletes]
+        return self._to_delete.pending_dirs
 
     def delete_expired_segment_files(self) -> int:
         total = 0
@@ -608,6 +590,7 @@ class LogManager:
             if self._closed:
                 return
             self._closed = True
+            self._to_delete.delete_stray_files()
             for log_dir in self._dirs.values():
                 if not log_dir.online:
                     for log in self._logs.values():

@@ -179,6 +179,31 @@ def test_leftover_delete_dirs_are_removed_at_load(tmp_path: Path, clock: ManualC
     assert (data / "not-a-partition" / "precious").read_text() == "never touched"
 
 
+def test_stray_deleted_files_are_unlinked_after_the_load(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The ``.deleted`` files a load finds (a restart before ``file.delete.delay.ms`` passed)
+    are not unlinked by the load but by the delete task, or at the latest at shutdown."""
+    data = tmp_path / "d"
+    tp = TopicPartition("t", 0)
+    with LogManager([data], clock=clock) as manager:
+        manager.get_or_create_log(tp).append(batch(3))
+    stray = [data / "t-0" / f"{files.filename_prefix(100)}{s}.deleted" for s in (".log", ".index")]
+    for path in stray:
+        path.write_bytes(b"x")
+    with LogManager([data], clock=clock) as manager:
+        assert all(path.exists() for path in stray)  # left by the load
+        assert manager.get_log(tp).log_end_offset == 3
+        assert manager.delete_expired_logs() == 0  # no -delete dir; the stray files go
+        assert not any(path.exists() for path in stray)
+    for path in stray:
+        path.write_bytes(b"x")
+    with LogManager([data], clock=clock):
+        assert all(path.exists() for path in stray)
+    assert not any(path.exists() for path in stray)  # shutdown unlinked what was left
+    assert (data / "t-0" / files.filename_prefix(0)).with_suffix(".log").exists()
+
+
 def test_io_error_takes_only_that_dir_offline(tmp_path: Path, clock: ManualClock) -> None:
     with LogManager([tmp_path / "a", tmp_path / "b"], clock=clock) as manager:
         bad = manager.get_or_create_log(TopicPartition("t", 0))
