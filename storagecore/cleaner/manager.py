@@ -100,6 +100,9 @@ class LogCleanerManager:
         # Earliest delete horizon of the tombstones/markers a log still holds (as its last
         # clean saw them): once passed, the log is cleaned even with nothing new dirty.
         self._horizons: dict[TopicPartition, int] = {}
+        #: Each compacted log's dirty ratio as the last selection planned it (the worker's
+        #: per-log gauge, so that a scrape plans no log); replaced as a whole, read unlocked.
+        self.dirty_ratios: dict[TopicPartition, float] = {}
 
     # -- checkpoints ---------------------------------------------------------------------------
     def all_checkpoints(self) -> dict[TopicPartition, int]:
@@ -157,30 +160,45 @@ class LogCleanerManager:
         a log whose ``max.compaction.lag.ms`` is breached within ``lag_lead_ms`` qualifies."""
         with self._lock:
             self.time_of_last_run_ms = now_ms
-            checkpoints = self.all_checkpoints()
+            busy = set(self._states)
+            retry_at_ms = {tp: mark.retry_at_ms for tp, mark in self._uncleanable.items()}
+        # Planned without the lock (Kafka plans under it): status and metrics read states
+        # meanwhile, and planning thousands of logs takes a while. A log paused or taken by
+        # another thread in the meantime is dropped under the lock below.
+        checkpoints = self.all_checkpoints()
+        planned: list[LogToClean] = []
+        for log in logs:
+            if (
+                not log.config.compact
+                or log.offline
+                or log.tp in busy
+                or now_ms < retry_at_ms.get(log.tp, now_ms)
+            ):
+                continue
+            offsets = cleanable_offsets(log, checkpoints.get(log.tp), now_ms)
+            if offsets.force_update_checkpoint:
+                self.update_checkpoint(
+                    log.parent_dir,
+                    [lg.tp for lg in logs if lg.parent_dir == log.parent_dir],
+                    update=(log.tp, offsets.first_dirty_offset),
+                )
+            planned.append(log_to_clean(log, offsets, now_ms))
+        ratios = dict(self.dirty_ratios)
+        ratios.update((c.tp, c.cleanable_ratio) for c in planned)
+        self.dirty_ratios = ratios
+        with self._lock:
             candidates: list[LogToClean] = []
-            for log in logs:
-                mark = self._uncleanable.get(log.tp)
-                if (
-                    not log.config.compact
-                    or log.offline
-                    or log.tp in self._states
-                    or (mark is not None and now_ms < mark.retry_at_ms)
-                ):
+            for candidate in planned:
+                if candidate.tp in self._states:
                     continue
-                offsets = cleanable_offsets(log, checkpoints.get(log.tp), now_ms)
-                if offsets.force_update_checkpoint:
-                    self.update_checkpoint(
-                        log.parent_dir,
-                        [lg.tp for lg in logs if lg.parent_dir == log.parent_dir],
-                        update=(log.tp, offsets.first_dirty_offset),
-                    )
-                candidate = log_to_clean(log, offsets, now_ms)
                 if candidate.total_bytes > 0:
                     candidates.append(candidate)
-                if log.tp in self._forced and candidate.cleanable_bytes == 0:
+                if candidate.tp in self._forced and candidate.cleanable_bytes == 0:
                     self._finish_request(
-                        log.tp, Outcome.NOTHING_TO_CLEAN, now_ms, nothing_to_clean(candidate)
+                        candidate.tp,
+                        Outcome.NOTHING_TO_CLEAN,
+                        now_ms,
+                        nothing_to_clean(candidate),
                     )
             delayed = [c for c in candidates if c.needs_compaction_now]
             self.last_pre_clean_stats = PreCleanStats(
@@ -375,6 +393,7 @@ class LogCleanerManager:
             self._forced.discard(tp)
             self._requests.pop(tp, None)
             self._horizons.pop(tp, None)
+        self.dirty_ratios = {k: v for k, v in self.dirty_ratios.items() if k != tp}
 
     def maintain(self, live: Iterable[TopicPartition]) -> None:
         """Kafka ``maintainUncleanablePartitions``: forget partitions that no longer exist."""
@@ -389,6 +408,12 @@ class LogCleanerManager:
                 del self._horizons[tp]
 
     # -- states --------------------------------------------------------------------------------
+    def states(self) -> dict[TopicPartition, tuple[CleaningState, int]]:
+        """Every partition's state and pause count that has one (others are idle), under one
+        acquisition of the lock (status and metrics of thousands of partitions)."""
+        with self._lock:
+            return {tp: (entry.state, entry.paused) for tp, entry in self._states.items()}
+
     def state(self, tp: TopicPartition) -> tuple[CleaningState | None, int]:
         with self._lock:
             entry = self._states.get(tp)
