@@ -372,10 +372,6 @@ class LogCleaner:
     def do_work(self, thread_id: int = 0) -> bool:
         """One iteration of a cleaner thread; True when a log was cleaned."""
         stats = self.clean_filthiest(thread_id)
-        if self._stop.is_set():
-            # Shutting down: the passes below go over every compacted log (seconds at
-            # thousands of them) and would eat the shutdown's grace period.
-            return stats is not None
         self.delete_old_segments_of_compacted_logs()
         self.manager.maintain(self.log_manager.logs.keys())
         return stats is not None
