@@ -160,46 +160,36 @@ class LogCleanerManager:
         a log whose ``max.compaction.lag.ms`` is breached within ``lag_lead_ms`` qualifies."""
         with self._lock:
             self.time_of_last_run_ms = now_ms
-            busy = set(self._states)
-            retry_at_ms = {tp: mark.retry_at_ms for tp, mark in self._uncleanable.items()}
-        # Planned without the lock (Kafka plans under it): status and metrics read states
-        # meanwhile, and planning thousands of logs takes a while. A log paused or taken by
-        # another thread in the meantime is dropped under the lock below.
-        checkpoints = self.all_checkpoints()
-        planned: list[LogToClean] = []
-        for log in logs:
-            if (
-                not log.config.compact
-                or log.offline
-                or log.tp in busy
-                or now_ms < retry_at_ms.get(log.tp, now_ms)
-            ):
-                continue
-            offsets = cleanable_offsets(log, checkpoints.get(log.tp), now_ms)
-            if offsets.force_update_checkpoint:
-                self.update_checkpoint(
-                    log.parent_dir,
-                    [lg.tp for lg in logs if lg.parent_dir == log.parent_dir],
-                    update=(log.tp, offsets.first_dirty_offset),
-                )
-            planned.append(log_to_clean(log, offsets, now_ms))
-        ratios = dict(self.dirty_ratios)
-        ratios.update((c.tp, c.cleanable_ratio) for c in planned)
-        self.dirty_ratios = ratios
-        with self._lock:
+            checkpoints = self.all_checkpoints()
             candidates: list[LogToClean] = []
-            for candidate in planned:
-                if candidate.tp in self._states:
+            planned: list[LogToClean] = []
+            for log in logs:
+                mark = self._uncleanable.get(log.tp)
+                if (
+                    not log.config.compact
+                    or log.offline
+                    or log.tp in self._states
+                    or (mark is not None and now_ms < mark.retry_at_ms)
+                ):
                     continue
+                offsets = cleanable_offsets(log, checkpoints.get(log.tp), now_ms)
+                if offsets.force_update_checkpoint:
+                    self.update_checkpoint(
+                        log.parent_dir,
+                        [lg.tp for lg in logs if lg.parent_dir == log.parent_dir],
+                        update=(log.tp, offsets.first_dirty_offset),
+                    )
+                candidate = log_to_clean(log, offsets, now_ms)
+                planned.append(candidate)
                 if candidate.total_bytes > 0:
                     candidates.append(candidate)
-                if candidate.tp in self._forced and candidate.cleanable_bytes == 0:
+                if log.tp in self._forced and candidate.cleanable_bytes == 0:
                     self._finish_request(
-                        candidate.tp,
-                        Outcome.NOTHING_TO_CLEAN,
-                        now_ms,
-                        nothing_to_clean(candidate),
+                        log.tp, Outcome.NOTHING_TO_CLEAN, now_ms, nothing_to_clean(candidate)
                     )
+            ratios = dict(self.dirty_ratios)
+            ratios.update((c.tp, c.cleanable_ratio) for c in planned)
+            self.dirty_ratios = ratios
             delayed = [c for c in candidates if c.needs_compaction_now]
             self.last_pre_clean_stats = PreCleanStats(
                 max_dirty_percent=100 * max((c.cleanable_ratio for c in candidates), default=0.0),
