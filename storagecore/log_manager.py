@@ -24,9 +24,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
 
-from storagecore import durability, file_lock, files
+from storagecore import durability, file_lock, files, log_retention
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition
@@ -42,6 +41,7 @@ from storagecore.errors import (
 )
 from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
 from storagecore.log import Log
+from storagecore.log_retention import RetentionCoordinator, RetentionTotals
 from storagecore.logs_to_delete import LogsToDelete
 from storagecore.retention import RetentionPlan
 from storagecore.roll_flush import RollFlushThread
@@ -49,14 +49,6 @@ from storagecore.roll_flush import RollFlushThread
 logger = logging.getLogger(__name__)
 
 ConfigLookup = Callable[[str], LogConfig]
-
-
-class RetentionCoordinator(Protocol):
-    """What retention needs from the cleaner's manager (LogCleanerManager provides it)."""
-
-    def pause_cleaning_for_non_compacted(self, logs: Sequence[Log]) -> list[Log]: ...
-
-    def resume(self, tp: TopicPartition) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -74,14 +66,6 @@ class _LogDir:
     durable_checkpoints: dict[str, dict[TopicPartition, int]] = dataclasses.field(
         default_factory=dict
     )
-
-
-@dataclasses.dataclass(slots=True)
-class RetentionTotals:
-    """What retention deleted since start (monotonic counters)."""
-
-    segments_deleted: int = 0
-    bytes_deleted: int = 0
 
 
 class LogManager:
@@ -471,42 +455,20 @@ class LogManager:
     def is_retention_paused(self, tp: TopicPartition) -> bool:
         return tp in self._retention_paused
 
-    def record_retention(self, plans: Iterable[RetentionPlan]) -> None:
+    def record_retention(self, plans: Sequence[RetentionPlan]) -> None:
         """Count what retention deleted (the worker's metrics)."""
         with self._lock:
-            for plan in plans:
-                self.retention_totals.segments_deleted += len(plan.deletions)
-                self.retention_totals.bytes_deleted += plan.deleted_bytes
+            self.retention_totals.record(plans)
 
     def cleanup_logs(self, cleaner: RetentionCoordinator | None = None) -> list[RetentionPlan]:
-        """kafka-log-retention: apply retention to every online log; the plans carried out.
-
-        With a running cleaner (``cleaner``: its LogCleanerManager), only the non-compacted
-        logs are handled here, each paused for cleaning meanwhile; the cleaner thread does the
-        compacted ones between its cleans (Kafka's split). A log whose directory fails is
-        skipped (it went offline); the others go on.
-        """
+        """kafka-log-retention: apply retention to every online log whose retention is not
+        paused (storagecore.log_retention); the plans carried out."""
         logs = [
             log
             for log in self.logs.values()
             if not log.offline and log.tp not in self._retention_paused
         ]
-        if cleaner is not None:
-            logs = cleaner.pause_cleaning_for_non_compacted(logs)
-        plans: list[RetentionPlan] = []
-        try:
-            for log in logs:
-                try:
-                    plan = log.delete_old_segments()
-                except LogDirOfflineError as exc:
-                    logger.error("Retention skipped %s: %s", log.tp, exc)
-                    continue
-                if plan.deletions:
-                    plans.append(plan)
-        finally:
-            if cleaner is not None:
-                for log in logs:
-                    cleaner.resume(log.tp)
+        plans = log_retention.delete_old_segments(logs, cleaner)
         self.record_retention(plans)
         return plans
 

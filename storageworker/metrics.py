@@ -3,7 +3,7 @@
 Prometheus naming: base units (bytes, seconds), ``_total`` for counters, labels only for the
 topic, the partition and the data directory (never offsets or keys). Counters come from the
 monotonic totals kept by storagecore (:class:`~storagecore.cleaner.log_cleaner.CleanerTotals`,
-:class:`~storagecore.log_manager.RetentionTotals`) and the worker's reload counters; gauges read
+:class:`~storagecore.log_retention.RetentionTotals`) and the worker's reload counters; gauges read
 the logs and the cleaner. One registry per worker, so tests can run several.
 """
 
