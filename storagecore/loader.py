@@ -58,6 +58,9 @@ from storagecore.segment_recovery import recover_segment, sanity_check_segment
 
 logger = logging.getLogger(__name__)
 
+#: Digits of a segment file name's offset (a longer name is normalised before comparing).
+_PREFIX_DIGITS = len(files.filename_prefix(0))
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LoadedLog:
@@ -81,7 +84,12 @@ def load_log(
     had_clean_shutdown: bool,
     producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
     file_cache: FileCache | None = None,
+    defer_delete: Callable[[Path], None] | None = None,
 ) -> LoadedLog:
+    """Load ``directory`` (the passes of the module docstring). ``defer_delete``: the
+    ``*.deleted`` files of pass 1 go to it instead of being unlinked here (the LogManager
+    unlinks them after the load, so that a restart soon after retention or a clean, which
+    leave thousands of them, is not bound by their unlinks; nothing reads a ``.deleted``)."""
     prefix = f"[LogLoader partition={tp}, dir={directory.parent}]"
     now_ms = clock.milliseconds()
 
@@ -102,7 +110,9 @@ def load_log(
     # Pass 1: temporary files. One listing (names and types, no stat) serves pass 3 too
     # unless passes 1 or 2 changed the directory.
     listing = _list_files(directory)
-    swap_files, changed = _remove_temp_files_and_collect_swap_files(directory, listing, prefix)
+    swap_files, changed = _remove_temp_files_and_collect_swap_files(
+        directory, listing, prefix, defer_delete
+    )
 
     # Pass 2: complete interrupted swaps.
     log_swaps = [p for p in swap_files if p.name.endswith(files.LOG_SUFFIX + files.SWAP_SUFFIX)]
@@ -144,17 +154,23 @@ def load_log(
 
     # Pass 3: orphan indexes, open segments, rebuild missing or corrupt indexes.
     names = set(_list_files(directory) if changed or swap_files else listing)
-    for name in sorted(names):
-        if files.is_segment_file_name(name) and name.endswith(files.INDEX_SUFFIXES):
-            log_name = files.filename_prefix(files.offset_from_file_name(name)) + files.LOG_SUFFIX
-            if log_name not in names:
-                logger.warning("%s Deleting orphaned index file %s", prefix, name)
-                (directory / name).unlink()
-    log_bases = sorted(
-        files.offset_from_file_name(name)
-        for name in names
-        if files.is_segment_file_name(name) and name.endswith(files.LOG_SUFFIX)
-    )
+    # One pass over the names, the cheap suffix test first (three names per segment).
+    log_bases: list[int] = []
+    index_names: list[str] = []
+    for name in names:
+        if name.endswith(files.LOG_SUFFIX):
+            if files.is_segment_file_name(name):
+                log_bases.append(files.offset_from_file_name(name))
+        elif name.endswith(files.INDEX_SUFFIXES) and files.is_segment_file_name(name):
+            index_names.append(name)
+    log_bases.sort()
+    for name in sorted(index_names):
+        head = name.partition(".")[0]
+        if len(head) != _PREFIX_DIGITS:
+            head = files.filename_prefix(int(head))
+        if head + files.LOG_SUFFIX not in names:
+            logger.warning("%s Deleting orphaned index file %s", prefix, name)
+            (directory / name).unlink()
     # After an unclean shutdown everything from the recovery point on is rebuilt in pass 4.
     recover_from_index = (
         len(log_bases)
@@ -342,9 +358,13 @@ def _list_files(directory: Path) -> list[str]:
 
 
 def _remove_temp_files_and_collect_swap_files(
-    directory: Path, names: list[str], prefix: str
+    directory: Path,
+    names: list[str],
+    prefix: str,
+    defer_delete: Callable[[Path], None] | None,
 ) -> tuple[list[Path], bool]:
-    """The valid ``.swap`` files, and whether anything was deleted."""
+    """The valid ``.swap`` files, and whether anything was deleted (a ``.deleted`` file
+    handed to ``defer_delete`` counts as gone: pass 3 ignores its name)."""
     swap_files: list[Path] = []
     cleaned_files: list[Path] = []
     min_cleaned_offset: int | None = None
@@ -355,6 +375,9 @@ def _remove_temp_files_and_collect_swap_files(
         path = directory / name
         if name.endswith(files.DELETED_SUFFIX):
             if name.endswith(".checkpoint" + files.DELETED_SUFFIX):
+                continue
+            if defer_delete is not None:
+                defer_delete(path)
                 continue
             logger.info("%s Deleting stray temporary file %s", prefix, name)
             path.unlink()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from storagecore import files
@@ -116,9 +116,11 @@ class Log:
         on_disk_full: IoErrorCallback | None = None,
         file_cache: FileCache | None = None,
         flush_scheduler: FlushScheduler | None = None,
+        defer_delete: Callable[[Path], None] | None = None,
     ) -> Log:
         """Load (and if needed recover) the log in ``directory``, creating it if absent. With
-        ``file_cache`` its segments' files open through that cache (storagecore.file_cache)."""
+        ``file_cache`` its segments' files open through that cache (storagecore.file_cache);
+        ``defer_delete`` takes the stray ``.deleted`` files (storagecore.loader.load_log)."""
         tp = files.parse_partition_dir_name(directory.name)
         directory.mkdir(parents=True, exist_ok=True)
         loaded = load_log(
@@ -130,6 +132,7 @@ class Log:
             log_start_offset=log_start_offset,
             had_clean_shutdown=had_clean_shutdown,
             file_cache=file_cache,
+            defer_delete=defer_delete,
         )
         return cls(
             directory,

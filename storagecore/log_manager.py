@@ -18,18 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import gc
 import json
 import logging
-import os
-import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
 
-from storagecore import durability, files
+from storagecore import durability, file_lock, files, log_retention
 from storagecore.checkpoints import OffsetCheckpointFile
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition
@@ -38,7 +34,6 @@ from storagecore.errors import (
     ConfigError,
     CorruptCheckpointError,
     LogDirFullError,
-    LogDirLockedError,
     LogDirOfflineError,
     ResourceExhaustedError,
     StorageError,
@@ -46,20 +41,14 @@ from storagecore.errors import (
 )
 from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
 from storagecore.log import Log
+from storagecore.log_retention import RetentionCoordinator, RetentionTotals
+from storagecore.logs_to_delete import LogsToDelete
 from storagecore.retention import RetentionPlan
 from storagecore.roll_flush import RollFlushThread
 
 logger = logging.getLogger(__name__)
 
 ConfigLookup = Callable[[str], LogConfig]
-
-
-class RetentionCoordinator(Protocol):
-    """What retention needs from the cleaner's manager (LogCleanerManager provides it)."""
-
-    def pause_cleaning_for_non_compacted(self, logs: Sequence[Log]) -> list[Log]: ...
-
-    def resume_after_retention(self, tp: TopicPartition) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -77,44 +66,6 @@ class _LogDir:
     durable_checkpoints: dict[str, dict[TopicPartition, int]] = dataclasses.field(
         default_factory=dict
     )
-
-
-@dataclasses.dataclass(slots=True)
-class _PendingDirDelete:
-    due_ms: int
-    path: Path
-
-
-@dataclasses.dataclass(slots=True)
-class RetentionTotals:
-    """What retention deleted since start (monotonic counters)."""
-
-    segments_deleted: int = 0
-    bytes_deleted: int = 0
-
-
-def _locked(path: Path) -> LogDirLockedError:
-    return LogDirLockedError(
-        f"log directory {path} is locked by another process ({path / files.LOCK_FILE}); "
-        "stop the other worker or use another directory"
-    )
-
-
-def check_unlocked(path: Path) -> None:
-    """Raise :class:`LogDirLockedError` when another holder has ``path``'s ``.lock``; takes
-    nothing and creates nothing (a pre-flight check for tools that will lock it later)."""
-    try:
-        fd = os.open(path / files.LOCK_FILE, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _locked(path) from None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 class LogManager:
@@ -154,7 +105,11 @@ class LogManager:
         self._lock = threading.RLock()
         self._dirs: dict[Path, _LogDir] = {}
         self._logs: dict[TopicPartition, Log] = {}
-        self._pending_dir_deletes: list[_PendingDirDelete] = []
+        # Invariant: the number of logs in _logs per log dir (where a new log goes).
+        self._log_counts: dict[Path, int] = {}
+        # -delete dirs, and the stray .deleted files the load found: unlinked by
+        # delete_expired_logs (the worker's delete task), the stray files at shutdown too.
+        self._to_delete = LogsToDelete(self._dirs.keys(), self.handle_io_error)
         self._closed = False
         # Invariant: no segment of a log in here is deleted by retention (the worker's
         # pause-retention); replaced as a whole, so readers need no lock.
@@ -183,13 +138,7 @@ class LogManager:
     # -- directories ---------------------------------------------------------------------------
     @staticmethod
     def _lock_dir(path: Path) -> _LogDir:
-        path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path / files.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise _locked(path) from None
+        fd = file_lock.lock_dir(path)
         marker = path / files.CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         if clean:
@@ -200,9 +149,7 @@ class LogManager:
     def _release_locks(self) -> None:
         for log_dir in self._dirs.values():
             if log_dir.lock_fd >= 0:
-                with contextlib.suppress(OSError):
-                    fcntl.flock(log_dir.lock_fd, fcntl.LOCK_UN)
-                os.close(log_dir.lock_fd)
+                file_lock.release(log_dir.lock_fd)
                 log_dir.lock_fd = -1
 
     @property
@@ -351,6 +298,7 @@ class LogManager:
                 on_disk_full=self.note_disk_full,
                 file_cache=self.file_cache,
                 flush_scheduler=self._roll_flush_scheduler,
+                defer_delete=self._to_delete.add_stray_file,
             )
 
         if len(jobs) <= 1 or self.recovery_threads_per_dir <= 1:
@@ -397,6 +345,10 @@ class LogManager:
                     f"{log.directory}"
                 )
             self._logs[log.tp] = log
+            self._count_log(log.parent_dir, 1)
+
+    def _count_log(self, path: Path, delta: int) -> None:
+        self._log_counts[path] = self._log_counts.get(path, 0) + delta
 
     # -- logs ----------------------------------------------------------------------------------
     def get_log(self, tp: TopicPartition) -> Log:
@@ -441,17 +393,17 @@ class LogManager:
                     flush_scheduler=self._roll_flush_scheduler,
                 )
             self._logs[tp] = log
+            self._count_log(target, 1)
             logger.info("Created log for %s in %s", tp, target)
             return log
 
     def _next_log_dir(self) -> Path:
-        counts = {d.path: 0 for d in self._dirs.values() if d.online}
-        if not counts:
+        # From the counts kept as logs come and go: a walk over every log per creation made
+        # creating N logs next to M cost O(N * M) (100 internal partitions beside 10,000 logs).
+        online = [d.path for d in self._dirs.values() if d.online]
+        if not online:
             raise LogDirOfflineError("every log directory is offline")
-        for log in self._logs.values():
-            if log.parent_dir in counts:
-                counts[log.parent_dir] += 1
-        return min(counts, key=lambda p: (counts[p], str(p)))
+        return min(online, key=lambda p: (self._log_counts.get(p, 0), str(p)))
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         for tp, log in self.logs.items():
@@ -469,38 +421,24 @@ class LogManager:
                 target = parent / files.delete_dir_name(tp)
                 durability.rename(log.directory, target, sync_parent=True)
                 del self._logs[tp]
+                self._count_log(parent, -1)
                 self._checkpoint_dir(parent)
             self._schedule_dir_delete(target, delay_ms=log.config.file_delete_delay_ms)
             logger.info("Log for %s renamed to %s for deletion", tp, target.name)
             return target
 
     def _schedule_dir_delete(self, path: Path, *, delay_ms: int) -> None:
-        self._pending_dir_deletes.append(
-            _PendingDirDelete(self.clock.milliseconds() + delay_ms, path)
-        )
+        self._to_delete.schedule_dir(path, self.clock.milliseconds() + delay_ms)
 
     def delete_expired_logs(self) -> int:
-        """kafka-delete-logs: remove ``-delete`` dirs whose delay passed. Returns how many."""
-        with self._lock:
-            now_ms = self.clock.milliseconds()
-            due = [p for p in self._pending_dir_deletes if p.due_ms <= now_ms]
-            self._pending_dir_deletes = [p for p in self._pending_dir_deletes if p.due_ms > now_ms]
-        for pending in due:
-            path = pending.path
-            # Invariant 5: only a -delete child of one of our log dirs is ever removed.
-            assert path.parent in self._dirs and files.is_delete_dir_name(path.name), path
-            try:
-                shutil.rmtree(path)
-                logger.info("Deleted log directory %s", path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                self.handle_io_error(path.parent, exc)
-        return len(due)
+        """kafka-delete-logs: remove ``-delete`` dirs whose delay passed, and the stray
+        ``.deleted`` files the load left (storagecore.logs_to_delete). Returns how many dirs."""
+        self._to_delete.delete_stray_files()
+        return self._to_delete.delete_due_dirs(self.clock.milliseconds())
 
     @property
     def pending_dir_deletes(self) -> list[Path]:
-        return [p.path for p in self._pending_dir_deletes]
+        return self._to_delete.pending_dirs
 
     def delete_expired_segment_files(self) -> int:
         total = 0
@@ -517,42 +455,20 @@ class LogManager:
     def is_retention_paused(self, tp: TopicPartition) -> bool:
         return tp in self._retention_paused
 
-    def record_retention(self, plans: Iterable[RetentionPlan]) -> None:
+    def record_retention(self, plans: Sequence[RetentionPlan]) -> None:
         """Count what retention deleted (the worker's metrics)."""
         with self._lock:
-            for plan in plans:
-                self.retention_totals.segments_deleted += len(plan.deletions)
-                self.retention_totals.bytes_deleted += plan.deleted_bytes
+            self.retention_totals.record(plans)
 
     def cleanup_logs(self, cleaner: RetentionCoordinator | None = None) -> list[RetentionPlan]:
-        """kafka-log-retention: apply retention to every online log; the plans carried out.
-
-        With a running cleaner (``cleaner``: its LogCleanerManager), only the non-compacted
-        logs are handled here, each paused for cleaning meanwhile; the cleaner thread does the
-        compacted ones between its cleans (Kafka's split). A log whose directory fails is
-        skipped (it went offline); the others go on.
-        """
+        """kafka-log-retention: apply retention to every online log whose retention is not
+        paused (storagecore.log_retention); the plans carried out."""
         logs = [
             log
             for log in self.logs.values()
             if not log.offline and log.tp not in self._retention_paused
         ]
-        if cleaner is not None:
-            logs = cleaner.pause_cleaning_for_non_compacted(logs)
-        plans: list[RetentionPlan] = []
-        try:
-            for log in logs:
-                try:
-                    plan = log.delete_old_segments()
-                except LogDirOfflineError as exc:
-                    logger.error("Retention skipped %s: %s", log.tp, exc)
-                    continue
-                if plan.deletions:
-                    plans.append(plan)
-        finally:
-            if cleaner is not None:
-                for log in logs:
-                    cleaner.resume_after_retention(log.tp)
+        plans = log_retention.delete_old_segments(logs, cleaner)
         self.record_retention(plans)
         return plans
 
@@ -636,6 +552,7 @@ class LogManager:
             if self._closed:
                 return
             self._closed = True
+            self._to_delete.delete_stray_files()
             for log_dir in self._dirs.values():
                 if not log_dir.online:
                     for log in self._logs.values():
@@ -668,6 +585,7 @@ class LogManager:
                     before_unlock()
             finally:
                 self._logs.clear()
+                self._log_counts.clear()
                 self._release_locks()
 
     def close_without_shutdown(self) -> None:
@@ -679,6 +597,7 @@ class LogManager:
             for log in self._logs.values():
                 log.close_handles()
             self._logs.clear()
+            self._log_counts.clear()
             self._release_locks()
 
     def __enter__(self) -> LogManager:

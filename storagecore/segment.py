@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -63,7 +64,25 @@ class AppendedChunk(NamedTuple):
     shallow_offset_of_max_timestamp: int
 
 
+class _UnopenedFiles(NamedTuple):
+    """What :meth:`LogSegment.open` needs to build a deferred segment's three file objects on
+    its first use (:meth:`LogSegment._open_files`), and the ``.log`` size found at load."""
+
+    directory: Path
+    prefix: str
+    """The base offset's 20-digit file name prefix."""
+    suffix: str
+    max_index_size_bytes: int
+    file_cache: FileCache
+    size_bytes: int
+    closed: bool = False
+
+
 class LogSegment:
+    _log: FileRecords
+    _offset_index: OffsetIndex
+    _time_index: TimeIndex
+
     def __init__(  # noqa: PLR0917 - Kafka's constructor, called only by open() and tests
         self,
         log: FileRecords,
@@ -77,6 +96,15 @@ class LogSegment:
         self._log = log
         self._offset_index = offset_index
         self._time_index = time_index
+        self._init_state(base_offset, index_interval_bytes, rolling_jitter_ms, created_ms)
+
+    def _init_state(
+        self, base_offset: int, index_interval_bytes: int, rolling_jitter_ms: int, created_ms: int
+    ) -> None:
+        # Set for a segment opened deferred (open() with a cache and verify_on_first_use): its
+        # FileRecords and indexes do not exist yet, built on first use (_open_files); None once
+        # they do. Invariant: _log, _offset_index and _time_index are set iff this is None.
+        self._unopened: _UnopenedFiles | None = None
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
@@ -119,7 +147,20 @@ class LogSegment:
         segment opened with ``writable_indexes=False`` is opened here: its descriptors open on
         use and the cache closes them when idle (storagecore.file_cache). With
         ``verify_on_first_use`` not even the indexes' lengths are read now
-        (:meth:`defer_verification`)."""
+        (:meth:`defer_verification`), and with both the file objects themselves are built on
+        first use: a clean load of a log of many segments costs one ``stat`` per segment (its
+        size) and one small object (:meth:`_open_files`)."""
+        if verify_on_first_use is not None and file_cache is not None and not writable_indexes:
+            prefix = files.filename_prefix(base_offset)
+            size_bytes = os.stat(f"{directory}/{prefix}{files.LOG_SUFFIX}{suffix}").st_size
+            segment = cls.__new__(cls)
+            segment._init_state(base_offset, index_interval_bytes, rolling_jitter_ms, now_ms)
+            segment._unopened = _UnopenedFiles(
+                directory, prefix, suffix, max_index_size_bytes, file_cache, size_bytes
+            )
+            segment.file_cache = file_cache
+            segment.defer_verification(verify_on_first_use)
+            return segment
         log = FileRecords(files.log_file(directory, base_offset, suffix), cache=file_cache)
         offset_index = OffsetIndex(
             files.index_file(directory, base_offset, suffix),
@@ -158,8 +199,39 @@ class LogSegment:
         lets a log of many segments load after a clean shutdown without reading them."""
         self._verify_with = verify
 
+    def _open_files(self) -> None:
+        """Build a deferred segment's FileRecords and indexes (nothing is opened: the cache
+        opens descriptors on use), as :meth:`open` would have at load."""
+        unopened = self._unopened
+        if unopened is None:
+            return
+        name = f"{unopened.prefix}{files.LOG_SUFFIX}{unopened.suffix}"
+        if unopened.closed:
+            raise ValueError(f"{unopened.directory / name}: the segment is closed")
+        directory, cache = unopened.directory, unopened.file_cache
+        self._log = FileRecords(directory / name, cache=cache)
+        self._offset_index = OffsetIndex(
+            files.index_file(directory, self.base_offset, unopened.suffix),
+            self.base_offset,
+            unopened.max_index_size_bytes,
+            writable=False,
+            cache=cache,
+            deferred=True,
+        )
+        self._time_index = TimeIndex(
+            files.time_index_file(directory, self.base_offset, unopened.suffix),
+            self.base_offset,
+            unopened.max_index_size_bytes,
+            writable=False,
+            cache=cache,
+            deferred=True,
+        )
+        self._unopened = None
+
     def _verify(self) -> None:
         with _VERIFY_LOCK:
+            if self._unopened is not None:
+                self._open_files()
             verify = self._verify_with
             if verify is None or self._verifying:
                 return
@@ -220,7 +292,8 @@ class LogSegment:
     @property
     def size_bytes(self) -> int:
         # The file's size as found (not checked: status and metrics sum it over every segment).
-        return self._log.size_bytes
+        unopened = self._unopened
+        return self._log.size_bytes if unopened is None else unopened.size_bytes
 
     @property
     def offset_index_size_bytes(self) -> int:
@@ -233,7 +306,13 @@ class LogSegment:
 
     @property
     def directory(self) -> Path:
-        return self._log.path.parent
+        return self._log_path().parent
+
+    def _log_path(self) -> Path:
+        unopened = self._unopened
+        if unopened is None:
+            return self._log.path
+        return unopened.directory / f"{unopened.prefix}{files.LOG_SUFFIX}{unopened.suffix}"
 
     # The .txnindex, made on first use (txn_index): most segments never need one.
     _txn_index: TransactionIndex | None = None
@@ -248,14 +327,13 @@ class LogSegment:
         return index
 
     def txn_index_path(self) -> Path:
-        return self._log.path.with_name(
-            self._log.path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1)
-        )
+        path = self._log_path()
+        return path.with_name(path.name.replace(files.LOG_SUFFIX, files.TXN_INDEX_SUFFIX, 1))
 
     def __repr__(self) -> str:
         return (
             f"LogSegment(base_offset={self.base_offset}, size={self.size_bytes}, "
-            f"path={self._log.path})"
+            f"path={self._log_path()})"
         )
 
     # -- offsets -----------------------------------------------------------------------------
@@ -563,6 +641,8 @@ class LogSegment:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def flush(self) -> None:
+        if self._unopened is not None:
+            return  # never opened: nothing written
         self._log.flush()
         self._offset_index.flush()
         self._time_index.flush()
@@ -576,6 +656,9 @@ class LogSegment:
         return (self.log.path, self.offset_index.path, self.time_index.path, self.txn_index_path())
 
     def close(self) -> None:
+        if self._unopened is not None:
+            self._unopened = self._unopened._replace(closed=True)
+            return
         if self._log.closed:
             return
         self.append_final_time_entry()
@@ -585,6 +668,9 @@ class LogSegment:
 
     def close_handles(self) -> None:
         """Close file handles without writing anything (a crash, as far as the files know)."""
+        if self._unopened is not None:
+            self._unopened = self._unopened._replace(closed=True)
+            return
         self._offset_index.close_without_trim()
         self._time_index.close_without_trim()
         self._log.close()
@@ -607,6 +693,7 @@ class LogSegment:
     def _cached_handles(self) -> tuple[CachedFile, ...]:
         handles = self._handles
         if handles is None:
+            self._open_files()
             found: tuple[Handle, ...] = (self._log.handle,)
             if not MAPPED:  # mapped, index entries go to mappings, which hold no descriptor
                 found += (self._offset_index.handle, self._time_index.handle)
@@ -619,6 +706,7 @@ class LogSegment:
         it, such as the cleaner's, once swapped into a log that uses one)."""
         if self.file_cache is cache:
             return
+        self._open_files()
         self._log.use_cache(cache)
         self._offset_index.use_cache(cache)
         self._time_index.use_cache(cache)
@@ -638,6 +726,7 @@ class LogSegment:
             return path.with_name(stem + new_suffix)
 
         txn = self.txn_index_path()
+        self._open_files()
         self._log.rename_to(renamed(self._log.path))
         self._offset_index.rename_to(renamed(self._offset_index.path))
         self._time_index.rename_to(renamed(self._time_index.path))
@@ -649,7 +738,17 @@ class LogSegment:
     def delete_files(self) -> None:
         """Close and unlink every file of the segment (whatever its current suffix)."""
         txn = self.txn_index_path()
+        unopened = self._unopened
+        if unopened is not None:
+            directory, base, suffix = unopened.directory, self.base_offset, unopened.suffix
+            paths = (
+                files.log_file(directory, base, suffix),
+                files.index_file(directory, base, suffix),
+                files.time_index_file(directory, base, suffix),
+            )
+        else:
+            paths = (self._log.path, self._offset_index.path, self._time_index.path)
         self.close_handles()
-        for path in (self._log.path, self._offset_index.path, self._time_index.path, txn):
+        for path in (*paths, txn):
             path.unlink(missing_ok=True)
         self._txn_index = None  # its entries went with the file

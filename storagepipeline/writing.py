@@ -42,7 +42,7 @@ from storagecore import (
 from storagecore import files as core_files
 from storagecore.config import validate_topic_name
 from storagecore.errors import ConfigError, LogDirLockedError
-from storagecore.log_manager import check_unlocked
+from storagecore.file_lock import check_unlocked
 from storagecore.partitioner import partition_for_key
 from storagepipeline.logdirs import PipelineError, partition_dirs
 from storagepipeline.plan import check_known, data_dirs_of

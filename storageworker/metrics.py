@@ -3,7 +3,7 @@
 Prometheus naming: base units (bytes, seconds), ``_total`` for counters, labels only for the
 topic, the partition and the data directory (never offsets or keys). Counters come from the
 monotonic totals kept by storagecore (:class:`~storagecore.cleaner.log_cleaner.CleanerTotals`,
-:class:`~storagecore.log_manager.RetentionTotals`) and the worker's reload counters; gauges read
+:class:`~storagecore.log_retention.RetentionTotals`) and the worker's reload counters; gauges read
 the logs and the cleaner. One registry per worker, so tests can run several.
 """
 
@@ -17,7 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from storagecore.cleaner.log_to_clean import cleanable_offsets, log_to_clean
+from storagecore.config import TopicPartition
 from storageworker import status
+from storageworker.controls import TopicControls
 from storageworker.worker import Worker
 
 PREFIX = "logkeeper"
@@ -302,7 +304,13 @@ class WorkerCollector(Collector):
             ),
         }
         now = worker.clock.milliseconds()
-        checkpoints = cleaner.manager.all_checkpoints()
+        # One read of the cleaner's states, of each topic's controls and of the dirty ratios
+        # its last selection planned: a scrape of thousands of partitions plans no log (a
+        # compacted log the cleaner has not planned yet, such as a paused one, is planned here).
+        states = cleaner.manager.states()
+        ratios = cleaner.manager.dirty_ratios
+        checkpoints: dict[TopicPartition, int] | None = None
+        controls_of: dict[str, TopicControls] = {}
         for tp, log in sorted(manager.logs.items()):
             values = [tp.topic, str(tp.partition)]
             families["offline"].add_metric(values, 1.0 if log.offline else 0.0)
@@ -314,8 +322,10 @@ class WorkerCollector(Collector):
             families["end"].add_metric(values, log.log_end_offset)
             families["open_txns"].add_metric(values, log.open_transactions())
             families["lso_lag"].add_metric(values, log.high_watermark - log.last_stable_offset)
-            controls = worker.controls_for(tp.topic)
-            _, paused = cleaner.manager.reported_state(tp)
+            controls = controls_of.get(tp.topic)
+            if controls is None:
+                controls = controls_of[tp.topic] = worker.controls_for(tp.topic)
+            _, paused = states.get(tp, (None, 0))
             families["cleaning_paused"].add_metric(
                 values, 1.0 if controls.pause_cleaning or paused else 0.0
             )
@@ -324,10 +334,13 @@ class WorkerCollector(Collector):
             )
             families["retention_due"].add_metric(values, log.plan_retention(now).deleted_bytes)
             if log.config.compact:
-                offsets = cleanable_offsets(log, checkpoints.get(tp), now)
-                families["dirty"].add_metric(
-                    values, log_to_clean(log, offsets, now).cleanable_ratio
-                )
+                ratio = ratios.get(tp)
+                if ratio is None:
+                    if checkpoints is None:
+                        checkpoints = cleaner.manager.all_checkpoints()
+                    offsets = cleanable_offsets(log, checkpoints.get(tp), now)
+                    ratio = log_to_clean(log, offsets, now).cleanable_ratio
+                families["dirty"].add_metric(values, ratio)
                 families["min_dirty"].add_metric(values, log.config.min_cleanable_dirty_ratio)
         yield from families.values()
 

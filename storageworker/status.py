@@ -24,6 +24,7 @@ from storagecore.cleaner.offset_map import ENTRY_BYTES
 from storagecore.config import TopicPartition
 from storagecore.errors import ConfigError
 from storagecore.log import Log
+from storageworker.controls import TopicControls
 from storageworker.worker import ConfigStatus, Worker
 
 
@@ -322,15 +323,22 @@ def partition_summary(worker: Worker, logs: list[Log], now_ms: int) -> dict[str,
     by_state: dict[str, int] = {}
     offline = uncleanable = paused_cleaning = paused_retention = 0
     size_bytes = segments = 0
+    # One read of the cleaner's states (not a lock acquisition per log: a selection of the
+    # cleaner holds that lock meanwhile), of the uncleanable marks and of each topic's controls.
+    states = cleaner.manager.states()
+    marks = cleaner.manager.uncleanable_marks
+    controls_of: dict[str, TopicControls] = {}
     for log in logs:
         tp = log.tp
-        state, _ = cleaner.manager.reported_state(tp)
+        state = states.get(tp, (None, 0))[0]
         name = state.value if state is not None else "idle"
         by_state[name] = by_state.get(name, 0) + 1
-        controls = worker.controls_for(tp.topic)
+        controls = controls_of.get(tp.topic)
+        if controls is None:
+            controls = controls_of[tp.topic] = worker.controls_for(tp.topic)
         paused_cleaning += controls.pause_cleaning
         paused_retention += controls.pause_retention
-        uncleanable += tp in cleaner.manager.uncleanable_marks
+        uncleanable += tp in marks
         if log.offline:
             offline += 1
             continue

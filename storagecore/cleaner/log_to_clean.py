@@ -108,6 +108,12 @@ def cleanable_offsets(log: Log, checkpoint: int | None, now_ms: int) -> Cleanabl
 
 def max_compaction_delay_ms(log: Log, first_dirty_offset: int, now_ms: int) -> int:
     """How far past ``max.compaction.lag.ms`` the oldest dirty record is (0 when it is not)."""
+    clean_until = now_ms - max(log.config.max_compaction_lag_ms, 0)
+    if clean_until <= 0:
+        # No record timestamp (> 0) can be older: Kafka's default max.compaction.lag.ms
+        # (Long.MAX_VALUE). Its answer is 0 without reading each dirty segment's first batch
+        # (a log of many segments would open every one of them, per selection and per scrape).
+        return 0
     timestamps = [
         ts
         for ts in (
@@ -118,7 +124,6 @@ def max_compaction_delay_ms(log: Log, first_dirty_offset: int, now_ms: int) -> i
     ]
     if not timestamps:
         return 0
-    clean_until = now_ms - max(log.config.max_compaction_lag_ms, 0)
     return max(clean_until - min(timestamps), 0)
 
 

@@ -80,6 +80,18 @@ class _Entry:
     retention_holds: int = 0
 
 
+def _reported(entry: _Entry) -> tuple[CleaningState | None, int]:
+    """A state as status and metrics show it: retention's holds left out (a log that retention
+    holds and nobody cleans or paused is idle, ``(None, 0)``), the pause count without
+    retention's own pause."""
+    if entry.state is CleaningState.IN_PROGRESS and entry.retention_holds:
+        return None, 0
+    if entry.state is CleaningState.PAUSED:
+        paused = entry.paused - entry.retention_holds
+        return (CleaningState.PAUSED, paused) if paused > 0 else (None, 0)
+    return entry.state, entry.paused
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PreCleanStats:
     """What the last selection saw (feeds the worker's gauges)."""
@@ -111,6 +123,9 @@ class LogCleanerManager:
         # Earliest delete horizon of the tombstones/markers a log still holds (as its last
         # clean saw them): once passed, the log is cleaned even with nothing new dirty.
         self._horizons: dict[TopicPartition, int] = {}
+        #: Each compacted log's dirty ratio as the last selection planned it (the worker's
+        #: per-log gauge, so that a scrape plans no log); replaced as a whole, read unlocked.
+        self.dirty_ratios: dict[TopicPartition, float] = {}
 
     # -- checkpoints ---------------------------------------------------------------------------
     def all_checkpoints(self) -> dict[TopicPartition, int]:
@@ -170,6 +185,7 @@ class LogCleanerManager:
             self.time_of_last_run_ms = now_ms
             checkpoints = self.all_checkpoints()
             candidates: list[LogToClean] = []
+            planned: list[LogToClean] = []
             for log in logs:
                 mark = self._uncleanable.get(log.tp)
                 if (
@@ -187,12 +203,16 @@ class LogCleanerManager:
                         update=(log.tp, offsets.first_dirty_offset),
                     )
                 candidate = log_to_clean(log, offsets, now_ms)
+                planned.append(candidate)
                 if candidate.total_bytes > 0:
                     candidates.append(candidate)
                 if log.tp in self._forced and candidate.cleanable_bytes == 0:
                     self._finish_request(
                         log.tp, Outcome.NOTHING_TO_CLEAN, now_ms, nothing_to_clean(candidate)
                     )
+            ratios = dict(self.dirty_ratios)
+            ratios.update((c.tp, c.cleanable_ratio) for c in planned)
+            self.dirty_ratios = ratios
             delayed = [c for c in candidates if c.needs_compaction_now]
             self.last_pre_clean_stats = PreCleanStats(
                 max_dirty_percent=100 * max((c.cleanable_ratio for c in candidates), default=0.0),
@@ -398,6 +418,7 @@ class LogCleanerManager:
             self._forced.discard(tp)
             self._requests.pop(tp, None)
             self._horizons.pop(tp, None)
+        self.dirty_ratios = {k: v for k, v in self.dirty_ratios.items() if k != tp}
 
     def maintain(self, live: Iterable[TopicPartition]) -> None:
         """Kafka ``maintainUncleanablePartitions``: forget partitions that no longer exist."""
@@ -412,6 +433,12 @@ class LogCleanerManager:
                 del self._horizons[tp]
 
     # -- states --------------------------------------------------------------------------------
+    def states(self) -> dict[TopicPartition, tuple[CleaningState | None, int]]:
+        """:meth:`reported_state` of every partition that has a state (others are idle), under
+        one acquisition of the lock (status and metrics of thousands of partitions)."""
+        with self._lock:
+            return {tp: _reported(entry) for tp, entry in self._states.items()}
+
     def state(self, tp: TopicPartition) -> tuple[CleaningState | None, int]:
         with self._lock:
             entry = self._states.get(tp)
@@ -423,14 +450,7 @@ class LogCleanerManager:
         without retention's own pause."""
         with self._lock:
             entry = self._states.get(tp)
-            if entry is None:
-                return None, 0
-            if entry.state is CleaningState.IN_PROGRESS and entry.retention_holds:
-                return None, 0
-            if entry.state is CleaningState.PAUSED:
-                paused = entry.paused - entry.retention_holds
-                return (CleaningState.PAUSED, paused) if paused > 0 else (None, 0)
-            return entry.state, entry.paused
+            return (None, 0) if entry is None else _reported(entry)
 
     def abort_and_pause(
         self, tp: TopicPartition, timeout_s: float | None = None, now_ms: int = 0

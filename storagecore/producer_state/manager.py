@@ -35,6 +35,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -371,15 +372,22 @@ class ProducerStateManager:
 
     def _load_snapshot_offsets(self) -> None:
         offsets: list[int] = []
-        for path in self.directory.iterdir():
-            name = path.name
-            if name.endswith(files.SNAPSHOT_TMP_SUFFIX):
-                logger.warning(
-                    "%s Deleting %s, a snapshot whose write did not finish", self.prefix, name
-                )
-                path.unlink()
-            elif snapshot.is_snapshot_file_name(name) and path.is_file():
-                offsets.append(files.offset_from_file_name(name))
+        # Names first, a Path only for what is kept or deleted: a log dir of many segments
+        # lists three files per segment, and a Path per name was a sixth of a clean load.
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(files.SNAPSHOT_TMP_SUFFIX):
+                    logger.warning(
+                        "%s Deleting %s, a snapshot whose write did not finish", self.prefix, name
+                    )
+                    (self.directory / name).unlink()
+                elif (
+                    name.endswith(files.SNAPSHOT_SUFFIX)
+                    and snapshot.is_snapshot_file_name(name)
+                    and entry.is_file()
+                ):
+                    offsets.append(files.offset_from_file_name(name))
         self._snapshot_offsets = sorted(offsets)
 
     def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:

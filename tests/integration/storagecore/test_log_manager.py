@@ -58,6 +58,23 @@ def test_least_loaded_placement(tmp_path: Path, clock: ManualClock) -> None:
         assert manager.get_or_create_log(TopicPartition("t", 0)).parent_dir == placed[0]
 
 
+def test_placement_counts_loaded_created_and_deleted_logs(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Placement reads per-dir counts kept as logs load, are created and are deleted (not a
+    walk over every log per creation): loaded logs count, a deleted log frees its place."""
+    a, b = (tmp_path / "a").resolve(), (tmp_path / "b").resolve()
+    for p in range(3):
+        (a / f"old-{p}").mkdir(parents=True)
+    with LogManager([a, b], clock=clock) as manager:
+        new = [manager.get_or_create_log(TopicPartition("new", p)).parent_dir for p in range(3)]
+        assert new == [b, b, b]  # a holds the 3 loaded logs
+        manager.delete_log(TopicPartition("new", 0))
+        manager.delete_log(TopicPartition("new", 1))
+        later = [manager.get_or_create_log(TopicPartition("later", p)).parent_dir for p in range(3)]
+        assert later == [b, b, a]  # b back to 1 log: 1, 2, then a tie (3 each) goes to a
+
+
 def test_checkpoints_and_clean_shutdown_marker(tmp_path: Path, clock: ManualClock) -> None:
     data = tmp_path / "d"
     with LogManager([data], clock=clock) as manager:
@@ -160,6 +177,31 @@ def test_leftover_delete_dirs_are_removed_at_load(tmp_path: Path, clock: ManualC
         assert manager.delete_expired_logs() == 1
         assert not renamed.exists()
     assert (data / "not-a-partition" / "precious").read_text() == "never touched"
+
+
+def test_stray_deleted_files_are_unlinked_after_the_load(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The ``.deleted`` files a load finds (a restart before ``file.delete.delay.ms`` passed)
+    are not unlinked by the load but by the delete task, or at the latest at shutdown."""
+    data = tmp_path / "d"
+    tp = TopicPartition("t", 0)
+    with LogManager([data], clock=clock) as manager:
+        manager.get_or_create_log(tp).append(batch(3))
+    stray = [data / "t-0" / f"{files.filename_prefix(100)}{s}.deleted" for s in (".log", ".index")]
+    for path in stray:
+        path.write_bytes(b"x")
+    with LogManager([data], clock=clock) as manager:
+        assert all(path.exists() for path in stray)  # left by the load
+        assert manager.get_log(tp).log_end_offset == 3
+        assert manager.delete_expired_logs() == 0  # no -delete dir; the stray files go
+        assert not any(path.exists() for path in stray)
+    for path in stray:
+        path.write_bytes(b"x")
+    with LogManager([data], clock=clock):
+        assert all(path.exists() for path in stray)
+    assert not any(path.exists() for path in stray)  # shutdown unlinked what was left
+    assert (data / "t-0" / files.filename_prefix(0)).with_suffix(".log").exists()
 
 
 def test_io_error_takes_only_that_dir_offline(tmp_path: Path, clock: ManualClock) -> None:

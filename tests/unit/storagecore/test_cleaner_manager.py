@@ -53,6 +53,38 @@ def test_grab_filthiest_returns_the_log_with_the_highest_ratio(
     assert cm.last_pre_clean_stats.max_dirty_percent == 100.0
 
 
+def test_selection_keeps_each_logs_dirty_ratio_and_states_in_one_read(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The ratios a selection planned stay for the worker's per-log gauge (a scrape plans
+    no log); a log being cleaned keeps the ratio it had; states() is state() for all."""
+    a = make_log(tmp_path, clock, "a")
+    b = make_log(tmp_path, clock, "b")
+    cm = manager(tmp_path)
+    middle = a.segments[len(a.segments) // 2].base_offset
+    cm.update_checkpoint(tmp_path, [a.tp, b.tp], update=(a.tp, middle))
+    now = clock.milliseconds()
+    expected = {
+        log.tp: log_to_clean(log, cleanable_offsets(log, checkpoint, now), now).cleanable_ratio
+        for log, checkpoint in ((a, middle), (b, None))
+    }
+    assert cm.dirty_ratios == {}
+    chosen = cm.grab_filthiest_log([a, b], now)
+    assert chosen is not None and chosen.tp == b.tp
+    assert cm.dirty_ratios == expected and 0 < expected[a.tp] < expected[b.tp] == 1.0
+    assert cm.grab_filthiest_log([a, b], now) is not None  # a now; b in progress, kept
+    assert cm.dirty_ratios == expected
+    cm.abort_and_pause(TopicPartition("c", 0))
+    assert cm.states() == {
+        a.tp: (CleaningState.IN_PROGRESS, 0),
+        b.tp: (CleaningState.IN_PROGRESS, 0),
+        TopicPartition("c", 0): (CleaningState.PAUSED, 1),
+    }
+    assert all(cm.reported_state(tp) == state for tp, state in cm.states().items())
+    cm.forget(a.tp)
+    assert a.tp not in cm.dirty_ratios
+
+
 def test_grab_filthiest_ignores_uncleanable_and_in_progress(
     tmp_path: Path, clock: ManualClock
 ) -> None:
@@ -280,6 +312,7 @@ def test_retention_holds_are_not_reported_and_only_retention_releases_its_own(
     assert cm.pause_cleaning_for_non_compacted([plain]) == [plain]
     assert cm.state(plain.tp) == (CleaningState.PAUSED, 1)
     assert cm.reported_state(plain.tp) == (None, 0)
+    assert cm.states() == {plain.tp: (None, 0)}  # the status/metrics read: the same view
     with pytest.raises(AssertionError, match="retention's own pause"):
         cm.resume(plain.tp)  # nobody else may release it
     cm.abort_and_pause(plain.tp)  # an admin's pause meanwhile shows
@@ -292,6 +325,7 @@ def test_retention_holds_are_not_reported_and_only_retention_releases_its_own(
     assert cm.deletable_logs([log]) == [log]
     assert cm.state(tp) == (CleaningState.IN_PROGRESS, 0)
     assert cm.reported_state(tp) == (None, 0)
+    assert cm.states()[tp] == (None, 0)
     cm.done_deleting([tp])
     assert cm.state(tp) == cm.reported_state(tp) == (None, 0)
     # A clean is reported as one.

@@ -11,7 +11,13 @@ from storagecore.errors import ConfigError, LogDirOfflineError
 from storageworker.settings import parse_settings
 from storageworker.status import StatusQuery, parse_query, volume_status
 from tests.conftest import batch, break_disk
-from tests.unit.storageworker.test_worker import Setup, setup, topic_yaml, worker_registry
+from tests.unit.storageworker.test_worker import (
+    COMPACTED,
+    Setup,
+    setup,
+    topic_yaml,
+    worker_registry,
+)
 
 __all__ = ["setup"]  # the fixture, imported for these tests
 
@@ -111,3 +117,23 @@ def test_an_offline_directory_makes_the_worker_not_ready(setup: Setup) -> None:
     ready, why = worker.readiness()
     assert not ready and str(setup.root / "data") in why
     assert "logkeeper_worker_ready 0.0" in generate_latest(worker_registry(worker)).decode()
+
+
+def test_dirty_ratio_gauge_is_the_cleaners_planned_ratio(setup: Setup) -> None:
+    """The per-log dirty ratio of /metrics is what the cleaner's last selection planned (a
+    scrape of thousands of partitions plans no log); a log not planned yet is planned then."""
+    setup.declare(topic_yaml("profiles", 2, COMPACTED))
+    worker = setup.start()
+    assert worker.log_manager is not None and worker.cleaner is not None
+    for p in range(2):
+        for _ in range(30):
+            worker.log_manager.get_log(TopicPartition("profiles", p)).append(
+                batch(3, keys=3, value_size=200)
+            )
+    text = generate_latest(worker_registry(worker)).decode()
+    assert 'logkeeper_log_dirty_ratio{partition="0",topic="profiles"} 1.0' in text
+    # As the cleaner's selection left them (a marker value: planned ratios are below 1).
+    worker.cleaner.manager.dirty_ratios = {TopicPartition("profiles", 0): 0.25}
+    text = generate_latest(worker_registry(worker)).decode()
+    assert 'logkeeper_log_dirty_ratio{partition="0",topic="profiles"} 0.25' in text
+    assert 'logkeeper_log_dirty_ratio{partition="1",topic="profiles"} 1.0' in text
