@@ -218,16 +218,20 @@ class FileCache:
 
     def _acquire(self, handle: CachedFile) -> int:
         with self._lock:
-            if handle.closed:
-                raise ValueError(f"{handle.path}: the file is closed")
-            if handle.fd >= 0:
-                self.hits += 1
-                self._open.move_to_end(handle)
-            else:
-                self.misses += 1
-                self._open_locked(handle, handle.flags)
-            handle.users += 1
+            self._acquire_locked(handle)
             return handle.fd
+
+    def _acquire_locked(self, handle: CachedFile) -> None:
+        """Open ``handle`` if it is not (a miss) and count one more user of it."""
+        if handle.closed:
+            raise ValueError(f"{handle.path}: the file is closed")
+        if handle.fd >= 0:
+            self.hits += 1
+            self._open.move_to_end(handle)
+        else:
+            self.misses += 1
+            self._open_locked(handle, handle.flags)
+        handle.users += 1
 
     def acquire_all(self, handles: tuple[CachedFile, ...]) -> None:
         """:meth:`CachedFile.acquire` of each, under one acquisition of the lock (the append
@@ -236,15 +240,7 @@ class FileCache:
             done = 0
             try:
                 for handle in handles:
-                    if handle.closed:
-                        raise ValueError(f"{handle.path}: the file is closed")
-                    if handle.fd >= 0:
-                        self.hits += 1
-                        self._open.move_to_end(handle)
-                    else:
-                        self.misses += 1
-                        self._open_locked(handle, handle.flags)
-                    handle.users += 1
+                    self._acquire_locked(handle)
                     done += 1
             except BaseException:
                 for handle in handles[:done]:

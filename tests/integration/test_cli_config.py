@@ -5,30 +5,13 @@ manifests' values, validated as a Topic's spec.config is."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.integration.test_cli import run
+
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).parents[2]
-
-
-def run(*args: str, stdin: str = "", check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "logkeeper.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
 
 
 def produce(data: Path, topic: str, records: int, *, keys: int = 5) -> None:

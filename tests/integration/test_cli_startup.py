@@ -73,36 +73,29 @@ def run_probe(args: list[str]) -> tuple[set[str], str]:
     return set(json.loads(done.stdout.splitlines()[-1])), done.stdout
 
 
-def test_clean_of_an_uncompressed_log_imports_no_codec_and_no_pool(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    config = LogConfig(cleanup_policy=("compact",))
-    with LogManager([data], default_config=config) as manager:
+def three_records_rolled(data: Path, config: LogConfig | None = None) -> None:
+    """``events-0`` in ``data``: three records of one key, rolled (a dirty segment to clean)."""
+    with LogManager([data], default_config=config or LogConfig()) as manager:
         log = manager.get_or_create_log(TopicPartition("events", 0))
         for n in range(3):
             log.append(build_batch([NewRecord(key=b"k", value=b"v%d" % n, timestamp=n)]))
         log.roll()
+
+
+def test_clean_of_an_uncompressed_log_imports_no_codec_and_no_pool(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    three_records_rolled(data, LogConfig(cleanup_policy=("compact",)))
     topics = tmp_path / "topics.yaml"
     topics.write_text(TOPICS)
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, "clean", "--dir", str(data), "--topics", str(topics)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    modules = set(json.loads(done.stdout.splitlines()[-1]))
+    modules, out = run_probe(["clean", "--dir", str(data), "--topics", str(topics)])
     assert "storagecore.cleaner.log_cleaner" in modules  # the probe ran the clean
-    assert "1 round(s)" in done.stdout
+    assert "1 round(s)" in out
     assert not modules & {"lz4", "lz4.frame", "zstandard", "cramjam", "concurrent.futures"}
 
 
 def test_clean_imports_only_what_it_uses(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    config = LogConfig(cleanup_policy=("compact",))
-    with LogManager([data], default_config=config) as manager:
-        log = manager.get_or_create_log(TopicPartition("events", 0))
-        for n in range(3):
-            log.append(build_batch([NewRecord(key=b"k", value=b"v%d" % n, timestamp=n)]))
-        log.roll()
+    three_records_rolled(data, LogConfig(cleanup_policy=("compact",)))
     topics = tmp_path / "topics.yaml"
     topics.write_text(TOPICS)
     modules, out = run_probe(["clean", "--dir", str(data), "--topics", str(topics)])
@@ -122,11 +115,7 @@ def test_clean_with_config_only_imports_no_yaml(tmp_path: Path) -> None:
     """``--config cleanup.policy=compact`` gives the clean its config without a manifest: the
     process compacts the log and never imports the YAML parser (95M instructions of start-up)."""
     data = tmp_path / "data"
-    with LogManager([data]) as manager:  # written with Kafka's default config (delete)
-        log = manager.get_or_create_log(TopicPartition("events", 0))
-        for n in range(3):
-            log.append(build_batch([NewRecord(key=b"k", value=b"v%d" % n, timestamp=n)]))
-        log.roll()
+    three_records_rolled(data)  # written with Kafka's default config (delete)
     modules, out = run_probe(["clean", "--dir", str(data), "--config", "cleanup.policy=compact"])
     assert "1 round(s) over 1 compacted partition(s)" in out
     assert "yaml" not in modules

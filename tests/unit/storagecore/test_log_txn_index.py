@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storagecore import Log, LogConfig, LogManager, TopicPartition, files
+from storagecore import Log, LogManager, TopicPartition, files
 from storagecore.cleaner import Cleaner, CleanRequest
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.clock import ManualClock
@@ -25,14 +25,7 @@ from tests.unit.storagecore.test_cleaner import (
     run_round,
     txn_append,
 )
-
-SMALL = LogConfig(
-    cleanup_policy=("compact",),
-    segment_bytes=300,
-    index_interval_bytes=128,
-    file_delete_delay_ms=0,
-    delete_retention_ms=1000,
-)
+from tests.unit.storagecore.test_read_committed import SMALL
 
 
 def index_files(log: Log) -> dict[int, list[AbortedTxn]]:
