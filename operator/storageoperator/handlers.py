@@ -11,33 +11,39 @@
   deleted (a finalizer) → its key removed, so the worker applies the deletion policy; the
   finalizer waits for the worker to confirm, and is released with a Warning event saying what
   was left when the worker cannot confirm. The volume's own pass rewrites every shard's delta.
-* A timer per StorageVolume reads the worker's ``/v1/status`` (pod IP, port ``http``) and
-  writes the volume's and its Topics' status and conditions.
+* A timer per StorageVolume reads the worker's ``/v1/status`` (pod IP, port ``http``,
+  :mod:`storageoperator.worker_status`) and writes the volume's and its Topics' status and
+  conditions.
 
-API calls go through :func:`retrying`: 409 and 5xx answers are retried with backoff. Every
-handler is wrapped in :func:`storageoperator.metrics.counted` (runs and errors).
+API calls go through :func:`storageoperator.kube_api.retrying`: 409 and 5xx answers are
+retried with backoff. Every handler is wrapped in :func:`storageoperator.metrics.counted`
+(runs and errors).
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import kopf
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from storageoperator import conditions, metrics, render, topic_set
+from storageoperator.kube_api import (
+    apps_api,
+    core_api,
+    custom_api,
+    networking_api,
+    retrying,
+)
 from storageoperator.network_policy import NetworkPolicySettings, network_policy
 from storageoperator.topic_set_store import TopicSetStore
+from storageoperator.worker_status import fetch_worker_status
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +56,6 @@ STATUS_INTERVAL_S = float(os.environ.get("LOGKEEPER_STATUS_INTERVAL_S", "15"))
 #: How long a Topic deletion waits for the worker to confirm before releasing the finalizer.
 DELETE_WAIT_S = float(os.environ.get("LOGKEEPER_DELETE_WAIT_S", "120"))
 NETWORK_POLICIES = NetworkPolicySettings.from_env()
-#: Partitions per ``/v1/status`` page the timer reads, and pages at most (a bound on a pass).
-STATUS_PAGE_PARTITIONS = int(os.environ.get("LOGKEEPER_STATUS_PAGE_PARTITIONS", "1000"))
-STATUS_PAGES_MAX = 1000
-RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
-RETRIES = 6
-
-T = TypeVar("T")
 
 
 def _as_body(obj: Mapping[str, Any]) -> kopf.Body:
@@ -70,21 +69,6 @@ def normal_event(obj: Mapping[str, Any], *, reason: str, message: str) -> None:
     level to WARNING so that kopf's own per-handler log lines do not become events, and that
     level filters ``kopf.info`` too; ``kopf.event`` posts what it is given."""
     kopf.event(_as_body(obj), type="Normal", reason=reason, message=message)
-
-
-def retrying(call: Callable[[], T], what: str) -> T:
-    """``call()``, again after 409 Conflict and server errors (0.1 s, doubling, 6 tries)."""
-    delay = 0.1
-    for attempt in range(RETRIES):
-        try:
-            return call()
-        except ApiException as exc:
-            if exc.status not in RETRY_STATUSES or attempt == RETRIES - 1:
-                raise
-            logger.warning("%s: HTTP %s, retrying in %.1fs", what, exc.status, delay)
-            time.sleep(delay)
-            delay *= 2
-    raise AssertionError("unreachable")
 
 
 # -- configuration -------------------------------------------------------------------------
@@ -115,30 +99,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         kubernetes.config.load_kube_config()
 
 
-def _custom() -> kubernetes.client.CustomObjectsApi:
-    return kubernetes.client.CustomObjectsApi()
-
-
-def _core() -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api()
-
-
-def _apps() -> kubernetes.client.AppsV1Api:
-    return kubernetes.client.AppsV1Api()
-
-
-def _networking() -> kubernetes.client.NetworkingV1Api:
-    return kubernetes.client.NetworkingV1Api()
-
-
-TOPIC_SET = TopicSetStore(_core, retrying)
+TOPIC_SET = TopicSetStore(core_api, retrying)
 
 
 def list_topics(namespace: str) -> list[dict[str, Any]]:
     result: dict[str, Any] = retrying(
         lambda: cast(
             dict[str, Any],
-            _custom().list_namespaced_custom_object(GROUP, VERSION, namespace, "topics"),
+            custom_api().list_namespaced_custom_object(GROUP, VERSION, namespace, "topics"),
         ),
         f"list Topics in {namespace}",
     )
@@ -150,7 +118,7 @@ def get_volume(namespace: str, name: str) -> dict[str, Any] | None:
         volume: dict[str, Any] = retrying(
             lambda: cast(
                 dict[str, Any],
-                _custom().get_namespaced_custom_object(
+                custom_api().get_namespaced_custom_object(
                     GROUP, VERSION, namespace, "storagevolumes", name
                 ),
             ),
@@ -203,24 +171,24 @@ def apply_child(manifest: dict[str, Any], namespace: str) -> bool:
     kind, name = manifest["kind"], manifest["metadata"]["name"]
     readers: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {
         "ConfigMap": (
-            _core().read_namespaced_config_map,
-            _core().create_namespaced_config_map,
-            _core().patch_namespaced_config_map,
+            core_api().read_namespaced_config_map,
+            core_api().create_namespaced_config_map,
+            core_api().patch_namespaced_config_map,
         ),
         "Service": (
-            _core().read_namespaced_service,
-            _core().create_namespaced_service,
-            _core().patch_namespaced_service,
+            core_api().read_namespaced_service,
+            core_api().create_namespaced_service,
+            core_api().patch_namespaced_service,
         ),
         "StatefulSet": (
-            _apps().read_namespaced_stateful_set,
-            _apps().create_namespaced_stateful_set,
-            _apps().patch_namespaced_stateful_set,
+            apps_api().read_namespaced_stateful_set,
+            apps_api().create_namespaced_stateful_set,
+            apps_api().patch_namespaced_stateful_set,
         ),
         "NetworkPolicy": (
-            _networking().read_namespaced_network_policy,
-            _networking().create_namespaced_network_policy,
-            _networking().patch_namespaced_network_policy,
+            networking_api().read_namespaced_network_policy,
+            networking_api().create_namespaced_network_policy,
+            networking_api().patch_namespaced_network_policy,
         ),
     }
     what = f"{kind} {namespace}/{name}"
@@ -251,7 +219,7 @@ def apply_child(manifest: dict[str, Any], namespace: str) -> bool:
 
 def _apply_service_monitor(manifest: dict[str, Any], namespace: str) -> bool:
     name = manifest["metadata"]["name"]
-    api = _custom()
+    api = custom_api()
     try:
         current = api.get_namespaced_custom_object(
             "monitoring.coreos.com", "v1", namespace, "servicemonitors", name
@@ -321,7 +289,7 @@ def remove_network_policy(volume: Mapping[str, Any]) -> bool:
     what = f"NetworkPolicy {namespace}/{name}"
     try:
         current = retrying(
-            lambda: _networking().read_namespaced_network_policy(name, namespace), f"read {what}"
+            lambda: networking_api().read_namespaced_network_policy(name, namespace), f"read {what}"
         )
     except ApiException as exc:
         if exc.status == 404:
@@ -332,7 +300,7 @@ def remove_network_policy(volume: Mapping[str, Any]) -> bool:
         return False
     try:
         retrying(
-            lambda: _networking().delete_namespaced_network_policy(name, namespace),
+            lambda: networking_api().delete_namespaced_network_policy(name, namespace),
             f"delete {what}",
         )
     except ApiException as exc:
@@ -433,54 +401,6 @@ def _age_s(timestamp: str | None) -> float:
 # -- status ----------------------------------------------------------------------------------
 
 
-def fetch_worker_status(
-    namespace: str, volume_name: str
-) -> tuple[dict[str, Any] | None, str | None]:
-    """The worker's /v1/status through its pod's IP, or (None, why not); each failure counts
-    in ``logkeeper_operator_worker_status_errors_total``."""
-    status, error = _read_worker_status(namespace, volume_name)
-    if status is None:
-        metrics.WORKER_STATUS_ERRORS.inc()
-    return status, error
-
-
-def _read_worker_status(
-    namespace: str, volume_name: str
-) -> tuple[dict[str, Any] | None, str | None]:
-    pod_name = f"{render.child_name(volume_name)}-0"
-    try:
-        pod = retrying(
-            lambda: _core().read_namespaced_pod(pod_name, namespace), f"read pod {pod_name}"
-        )
-    except ApiException as exc:
-        return None, f"pod {pod_name}: {exc.status} {exc.reason}"
-    ip = pod.status.pod_ip if pod.status else None
-    if not ip:
-        return None, f"pod {pod_name} has no IP yet"
-    url = f"http://{ip}:{render.HTTP_PORT}/v1/status"
-    document: dict[str, Any] | None = None
-    after: str | None = None
-    # Page by page: each request stays short however many partitions the worker holds (a
-    # whole document of 10,000 partitions takes the worker seconds to build).
-    for _ in range(STATUS_PAGES_MAX):
-        query = {"limit": str(STATUS_PAGE_PARTITIONS)} | ({} if after is None else {"after": after})
-        page_url = f"{url}?{urllib.parse.urlencode(query)}"
-        try:
-            with urllib.request.urlopen(page_url, timeout=5) as response:
-                page = dict(json.load(response))
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return None, f"{page_url}: {exc}"
-        if document is None:
-            document = page
-        else:
-            document["partitions"] += page.get("partitions") or []
-        after = (page.get("page") or {}).get("nextAfter")
-        if after is None:
-            document.pop("page", None)
-            return document, None
-    return None, f"{url}: more than {STATUS_PAGES_MAX} pages of {STATUS_PAGE_PARTITIONS} partitions"
-
-
 def _now() -> str:
     return conditions.now_rfc3339(datetime.datetime.now(datetime.UTC))
 
@@ -515,7 +435,7 @@ def write_topic_status(
         return
     meta = body["metadata"]
     retrying(
-        lambda: _custom().patch_namespaced_custom_object_status(
+        lambda: custom_api().patch_namespaced_custom_object_status(
             GROUP, VERSION, meta["namespace"], "topics", meta["name"], {"status": status}
         ),
         f"status of Topic {meta['name']}",
@@ -578,7 +498,7 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     worker, error = fetch_worker_status(namespace, name)
     try:
         retrying(
-            lambda: _apps().read_namespaced_stateful_set(render.child_name(name), namespace),
+            lambda: apps_api().read_namespaced_stateful_set(render.child_name(name), namespace),
             "read sts",
         )
         children_ready = True
@@ -590,7 +510,7 @@ def report_status(body: kopf.Body, namespace: str | None, **_: Any) -> None:
     status = _status_patch(body, conditions.volume_figures(worker, shown=body.get("status")), conds)
     if status is not None:
         retrying(
-            lambda: _custom().patch_namespaced_custom_object_status(
+            lambda: custom_api().patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, "storagevolumes", name, {"status": status}
             ),
             f"status of StorageVolume {name}",

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from storageoperator import handlers, render
+from storageoperator import handlers, kube_api, render
 
 
 def test_differs_ignores_what_the_server_adds() -> None:
@@ -43,7 +43,7 @@ def test_differs_ignores_what_the_server_adds() -> None:
 
 
 def test_retrying_retries_conflicts_and_server_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handlers.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(kube_api.time, "sleep", lambda _s: None)
     answers = [ApiException(status=409), ApiException(status=500), "done"]
 
     def call() -> str:
@@ -52,9 +52,9 @@ def test_retrying_retries_conflicts_and_server_errors(monkeypatch: pytest.Monkey
             raise answer
         return answer
 
-    assert handlers.retrying(call, "test") == "done"
+    assert kube_api.retrying(call, "test") == "done"
     with pytest.raises(ApiException) as info:
-        handlers.retrying(lambda: (_ for _ in ()).throw(ApiException(status=404)), "test")
+        kube_api.retrying(lambda: (_ for _ in ()).throw(ApiException(status=404)), "test")
     assert info.value.status == 404
     calls = []
 
@@ -63,5 +63,5 @@ def test_retrying_retries_conflicts_and_server_errors(monkeypatch: pytest.Monkey
         raise ApiException(status=503)
 
     with pytest.raises(ApiException):
-        handlers.retrying(always_busy, "test")
-    assert len(calls) == handlers.RETRIES
+        kube_api.retrying(always_busy, "test")
+    assert len(calls) == kube_api.RETRIES
