@@ -34,7 +34,6 @@ import logging
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from storagecore import durability, files
 from storagecore.clock import Clock
@@ -48,33 +47,16 @@ from storagecore.errors import (
 )
 from storagecore.file_cache import is_resource_exhausted
 from storagecore.index import TimestampOffset
-from storagecore.log_validator import AppendOrigin, ValidatedRecords, native_append_applies
-from storagecore.records import layout
-from storagecore.records.scan import append_uncompressed
-from storagecore.roll_params import roll_free_append_limits
+from storagecore.native_append import NativeAppend
 from storagecore.segment import FetchData, LogSegment
 
 logger = logging.getLogger(__name__)
-
-#: The attributes' low byte, which holds the codec.
-_CODEC_BYTE = layout.ATTRIBUTES_OFFSET + 1
 
 IoErrorCallback = Callable[[Path, OSError], None]
 RollCallback = Callable[[Sequence[LogSegment], int, bool], None]
 """Called after every roll with the segments, the new active segment's base offset (the Log
 snapshots its producer state there) and whether the roll flushed (if not, the snapshot is not
 fsynced either: the roll's scheduled flush does both, storagecore.roll_flush)."""
-
-
-class _NativeSettings(NamedTuple):
-    """The settings :meth:`LocalLog.append_native` passes on, read once per config."""
-
-    segment_bytes: int
-    max_segment_ms: int
-    compact: bool
-    max_message_bytes: int
-    message_timestamp_before_max_ms: int
-    message_timestamp_after_max_ms: int
 
 
 @dataclasses.dataclass(slots=True)
@@ -124,19 +106,9 @@ class LocalLog:
     @config.setter
     def config(self, config: LogConfig) -> None:
         self._config = config
-        # What the native append reads per call, derived once per config; None: it never applies.
-        self._native_settings = (
-            _NativeSettings(
-                config.segment_bytes,
-                config.max_segment_ms,
-                config.compact,
-                config.max_message_bytes,
-                config.message_timestamp_before_max_ms,
-                config.message_timestamp_after_max_ms,
-            )
-            if native_append_applies(config)
-            else None
-        )
+        #: The native append under this config (storagecore.native_append); None: it never
+        #: applies (LogAppendTime, recompression).
+        self.native_append = NativeAppend.for_config(config)
 
     @property
     def active_segment(self) -> LogSegment:
@@ -298,93 +270,6 @@ class LocalLog:
         if jitter <= 0:
             return 0
         return random.randrange(min(jitter, self.config.segment_ms))
-
-    # -- append --------------------------------------------------------------------------------
-    def append_native(
-        self,
-        data: bytes | bytearray | memoryview,
-        origin: AppendOrigin,
-        now_ms: int,
-        leader_epoch: int,
-    ) -> ValidatedRecords | None:
-        """The common append in one native call (:data:`append_uncompressed`): validated as
-        :func:`validate_and_assign_offsets` does, offsets assigned, written to the active
-        segment with its index entries (``written`` set), when no batch has a producer id and
-        no roll is due. Returns
-        the validated batches unwritten when a producer or a roll needs the general path, and
-        None (nothing written, nothing decided) when the native validation does not take the
-        request: compressed or invalid batches, other settings, or a request that does not fit
-        the active segment; the caller then validates with the Python reference."""
-        settings = self._native_settings
-        if append_uncompressed is None or settings is None:
-            return None
-        segment = self.segments[-1]
-        file = segment.log
-        position = file.size_bytes
-        if isinstance(data, memoryview):
-            data = data.cast("B")  # len() in bytes, as the written size
-        size = len(data)
-        if size > _CODEC_BYTE and data[_CODEC_BYTE] & layout.COMPRESSION_CODEC_MASK:
-            return None  # a compressed first batch: spare the calls below
-        if size > settings.segment_bytes - position:
-            return None  # a roll, or RecordBatchTooLargeError: the general path decides
-        max_timestamp_no_roll = roll_free_append_limits(segment, settings.max_segment_ms, now_ms)
-        if max_timestamp_no_roll is None:
-            return None
-        next_offset = segment.next_offset()
-        offset_index, time_index = segment.offset_index, segment.time_index
-        # The mapped indexes and the entry each is written at, or (unmapped) one-entry buffers
-        # that native_appended writes out (storagecore.index.base).
-        offset_target, offset_slot = offset_index.native_target()
-        time_target, time_slot = time_index.native_target()
-        fd = file.pinned_fd()  # Log.append pinned the active segment's files
-        result = append_uncompressed(
-            data,
-            fd,
-            position,
-            next_offset,
-            now_ms,
-            origin is AppendOrigin.CLIENT,
-            origin is AppendOrigin.REPLICATION,
-            settings.compact,
-            settings.max_message_bytes,
-            leader_epoch,
-            settings.message_timestamp_before_max_ms,
-            settings.message_timestamp_after_max_ms,
-            segment.base_offset,
-            max_timestamp_no_roll,
-            offset_target,
-            offset_slot,
-            time_target,
-            time_slot,
-            time_index.last_timestamp,
-            segment.bytes_since_last_index_entry,
-            segment.index_interval_bytes,
-            segment.max_timestamp_so_far,
-            segment.offset_of_max_timestamp_so_far,
-        )
-        if result is None:
-            return None
-        first, last, max_timestamp, offset_of_max, records, batches, unwritten, indexed = result
-        if unwritten is not None:
-            return ValidatedRecords(
-                unwritten, first, last, max_timestamp, offset_of_max, records, batches, -1
-            )
-        file.size_bytes = position + size  # FileRecords.append's step, done by the native write
-        segment.native_appended(
-            position, size, last, max_timestamp, offset_of_max, index_entries=indexed
-        )
-        return ValidatedRecords(
-            data,
-            first,
-            last,
-            max_timestamp,
-            offset_of_max,
-            records,
-            batches,
-            -1,
-            written=True,
-        )
 
     # -- read ----------------------------------------------------------------------------------
     def read(

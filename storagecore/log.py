@@ -41,7 +41,7 @@ from storagecore.log_info import (
     LogAppendInfo,
 )
 from storagecore.log_transactions import LogTransactions
-from storagecore.log_validator import AppendOrigin, validate_and_assign_offsets
+from storagecore.log_validator import AppendOrigin, ValidatedRecords, validate_and_assign_offsets
 from storagecore.producer_state import ProducerStateManager
 from storagecore.records.batch import Record, iter_complete_batches
 from storagecore.records.file_records import FileRegion
@@ -219,7 +219,9 @@ class Log:
         is spelled out rather than taken from the ``_io`` context manager, which costs more.)
         """
         with self._lock:
-            self._local.check_usable()
+            local = self._local
+            if local.offline or local.closed:
+                local.check_usable()  # raises
             for attempt in (1, 2):
                 try:
                     return self._append_pinned(data, origin)
@@ -234,22 +236,40 @@ class Log:
     def _append_pinned(
         self, data: bytes | bytearray | memoryview, origin: AppendOrigin
     ) -> LogAppendInfo:
-        """:meth:`_append_locked` with the active segment's files pinned open throughout."""
-        segment = self._local.active_segment
+        """The append with the active segment's files pinned open throughout: the native
+        append when it takes the request (the common case, in this one frame), else
+        :meth:`_append_locked`."""
+        local = self._local
+        segment = local.segments[-1]
         segment.pin_files()
         try:
-            return self._append_locked(data, origin)
+            now_ms = self.clock.milliseconds()
+            native = local.native_append
+            if native is None:
+                return self._append_locked(data, origin, now_ms, None)
+            done = native.append(segment, data, origin, now_ms, self.leader_epoch)
+            if done is None or isinstance(done, ValidatedRecords):
+                return self._append_locked(data, origin, now_ms, done)
+            first, last, max_timestamp, offset_of_max, records, size = done
+            self.producer_state.map_end_offset = last + 1  # complete_append, without producers
+            if last + 1 - local.recovery_point >= native.flush_messages:
+                local.flush(last + 1)
+            return LogAppendInfo(
+                first, last, max_timestamp, offset_of_max, -1, self._log_start_offset, records, size
+            )
         finally:
             segment.unpin_files()
 
     def _append_locked(
-        self, data: bytes | bytearray | memoryview, origin: AppendOrigin
+        self,
+        data: bytes | bytearray | memoryview,
+        origin: AppendOrigin,
+        now_ms: int,
+        validated: ValidatedRecords | None,
     ) -> LogAppendInfo:
-        now_ms = self.clock.milliseconds()
+        """The general path, Kafka's steps one by one: for what the native append did not
+        take (``validated`` None) or handed back validated but unwritten (producers, a roll)."""
         config = self._local.config
-        # The common case, validated and written in one native call; else (or for what it
-        # hands back unwritten: producers, a roll) the general path, Kafka's steps one by one.
-        validated = self._local.append_native(data, origin, now_ms, self.leader_epoch)
         if validated is None:
             validated = validate_and_assign_offsets(
                 data,
@@ -261,22 +281,18 @@ class Log:
                 partition_leader_epoch=self.leader_epoch,
             )
         size = len(validated.buffer)
-        if validated.written:
-            self.producer_state.complete_append(None, validated.last_offset + 1)
-        else:
-            producers = self.producer_state.prepare_append(validated, origin)
-            if producers is not None and producers.duplicate is not None:
-                return producers.duplicate_info(self._log_start_offset)
-            if size > config.segment_bytes:
-                raise RecordBatchTooLargeError(
-                    f"{self.tp}: append of {size} bytes exceeds segment.bytes="
-                    f"{config.segment_bytes}"
-                )
-            segment = self._maybe_roll(
-                size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
+        producers = self.producer_state.prepare_append(validated, origin)
+        if producers is not None and producers.duplicate is not None:
+            return producers.duplicate_info(self._log_start_offset)
+        if size > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"{self.tp}: append of {size} bytes exceeds segment.bytes={config.segment_bytes}"
             )
-            self._txns.append(segment, validated, producers)  # and ABORT markers' .txnindex
-            self.producer_state.complete_append(producers, validated.last_offset + 1)
+        segment = self._maybe_roll(
+            size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
+        )
+        self._txns.append(segment, validated, producers)  # and ABORT markers' .txnindex
+        self.producer_state.complete_append(producers, validated.last_offset + 1)
         if validated.last_offset + 1 - self._local.recovery_point >= config.flush_messages:
             self._local.flush(validated.last_offset + 1)
         return LogAppendInfo(

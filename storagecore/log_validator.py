@@ -56,10 +56,6 @@ class ValidatedRecords(NamedTuple):
     record_count: int
     batch_count: int
     log_append_time: int
-    #: The batches are already in the active segment (the native append wrote them, see
-    #: :meth:`storagecore.local_log.LocalLog.append_native`); ``buffer`` then is the request as
-    #: received, of the written size, without the assigned offsets.
-    written: bool = False
 
 
 def native_append_applies(config: LogConfig) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from storagecore.index import OffsetIndex, TimeIndex
 from storagecore.records.layout import INT32_MAX, INT64_MAX
 from storagecore.segment import LogSegment
 
@@ -54,16 +55,22 @@ def should_roll(segment: LogSegment, params: RollParams) -> bool:
     )
 
 
-def roll_free_append_limits(segment: LogSegment, max_segment_ms: int, now_ms: int) -> int | None:
+def roll_free_append_limits(
+    segment: LogSegment,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    max_segment_ms: int,
+    now_ms: int,
+) -> int | None:
     """What :func:`should_roll` leaves open to an append, for the native append to check
     without a roll decision of its own: the largest max timestamp an append may carry without
     rolling by time (INT64_MAX when time cannot roll this segment). None when the segment rolls
     whatever comes (an index is full, or its time is up by the clock), or an index entry is due
     whose disk blocks are not reserved yet (:meth:`LogSegment.append` reserves them, so that a
-    full filesystem fails before anything is written).
+    full filesystem fails before anything is written). ``offset_index`` and ``time_index`` are
+    the segment's (the caller has them at hand: the hot path).
 
     The size and offset conditions are the caller's and the native append's."""
-    offset_index, time_index = segment.offset_index, segment.time_index
     if (
         offset_index.entries >= offset_index.max_entries
         or time_index.entries >= time_index.max_entries - 1
@@ -76,9 +83,10 @@ def roll_free_append_limits(segment: LogSegment, max_segment_ms: int, now_ms: in
     if segment.log.size_bytes == 0:
         return INT64_MAX
     allowed_ms = max_segment_ms - segment.rolling_jitter_ms
-    if segment.rolling_based_timestamp is None:
-        segment.load_first_batch_timestamp()
     rolling_based = segment.rolling_based_timestamp
+    if rolling_based is None:
+        segment.load_first_batch_timestamp()
+        rolling_based = segment.rolling_based_timestamp
     if rolling_based is not None and rolling_based >= 0:
         return max(min(rolling_based + allowed_ms, INT64_MAX), -INT64_MAX - 1)
     return INT64_MAX if now_ms - segment.created_ms <= allowed_ms else None

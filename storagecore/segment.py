@@ -216,7 +216,8 @@ class LogSegment(SegmentFiles):
             self._verify()
         return self._time_index
 
-    def _max_timestamp_entry(self) -> tuple[int, int]:
+    def max_timestamp_entry(self) -> tuple[int, int]:
+        """(:attr:`max_timestamp_so_far`, :attr:`offset_of_max_timestamp_so_far`) in one call."""
         entry = self._max_timestamp
         if entry is None:
             last = self.time_index.last_entry
@@ -225,7 +226,7 @@ class LogSegment(SegmentFiles):
 
     @property
     def max_timestamp_so_far(self) -> int:
-        return self._max_timestamp_entry()[0]
+        return self.max_timestamp_entry()[0]
 
     @max_timestamp_so_far.setter
     def max_timestamp_so_far(self, timestamp: int) -> None:
@@ -233,7 +234,7 @@ class LogSegment(SegmentFiles):
 
     @property
     def offset_of_max_timestamp_so_far(self) -> int:
-        return self._max_timestamp_entry()[1]
+        return self.max_timestamp_entry()[1]
 
     @offset_of_max_timestamp_so_far.setter
     def offset_of_max_timestamp_so_far(self, offset: int) -> None:
@@ -359,21 +360,21 @@ class LogSegment(SegmentFiles):
     ) -> None:
         """:meth:`record_appended` for an append whose index entries the native append wrote
         itself (``index_entries``: 0 none, 1 the offset entry, 2 the offset and time entries,
-        each where and as :meth:`record_appended` would have written it)."""
+        each where and as :meth:`record_appended` would have written it). The hot path: the
+        fields are read once, without the checked accessors (the append used the files)."""
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
-        if largest_timestamp > self.max_timestamp_so_far:
-            self.max_timestamp_so_far = largest_timestamp
-            self.offset_of_max_timestamp_so_far = shallow_offset_of_max_timestamp
+        entry = self._max_timestamp or self.max_timestamp_entry()
+        if largest_timestamp > entry[0]:
+            entry = self._max_timestamp = (largest_timestamp, shallow_offset_of_max_timestamp)
         if index_entries:
             base = self.base_offset
-            self.offset_index.entry_written((largest_offset - base, physical_position))
+            self._offset_index.entry_written((largest_offset - base, physical_position))
             if index_entries == 2:
-                self.time_index.entry_written(
-                    (self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far - base)
-                )
-            self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += size
+                self._time_index.entry_written((entry[0], entry[1] - base))
+            self.bytes_since_last_index_entry = size
+        else:
+            self.bytes_since_last_index_entry += size
         self._next_offset = largest_offset + 1
 
     def append_chunks(

@@ -114,12 +114,12 @@ class SegmentFiles:
         nothing without a cache (the files are open for good then)."""
         cache = self.file_cache
         if cache is not None:
-            cache.acquire_all(self._cached_handles())
+            cache.acquire_all(self._handles or self._cached_handles())
 
     def unpin_files(self) -> None:
         cache = self.file_cache
         if cache is not None:
-            cache.release_all(self._cached_handles())
+            cache.release_all(self._handles or self._cached_handles())
 
     def _cached_handles(self) -> tuple[CachedFile, ...]:
         handles = self._handles

@@ -9,7 +9,7 @@ The extension also offers :data:`validate_uncompressed`, a whole-request fast pa
 append validator (None without the extension): it accepts only what the Python validator
 accepts, with identical output bytes, and otherwise hands the request back to it; and
 :data:`append_uncompressed`, the same validation fused with the segment write (the log's
-common-case append, :meth:`storagecore.local_log.LocalLog.append_native`).
+common-case append, :meth:`storagecore.native_append.NativeAppend.append`).
 """
 
 from __future__ import annotations

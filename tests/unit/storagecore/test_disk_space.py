@@ -20,7 +20,7 @@ from storagecore import (
     TopicPartition,
     build_batch,
     disk_space,
-    local_log,
+    native_append,
 )
 from storagecore.cleaner.log_cleaner import LogCleaner
 from storagecore.disk_space import DiskSpace, default_floor, is_disk_full
@@ -121,7 +121,7 @@ def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
 
         saved_fd = -1
         if where == "pwrite":  # os.pwrite is the general path's (FileRecords.append)
-            monkeypatch.setattr(local_log, "append_uncompressed", None)
+            monkeypatch.setattr(native_append, "append_uncompressed", None)
             monkeypatch.setattr(os, "pwrite", short_pwrite)
         elif where == "fallocate":
             monkeypatch.setattr(segment.offset_index, "_reserved", 0)

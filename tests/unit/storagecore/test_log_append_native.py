@@ -1,4 +1,4 @@
-"""The native append (``LocalLog.append_native``: validation and the segment write in one C
+"""The native append (``NativeAppend.append``: validation and the segment write in one C
 call) against the general path (validation, producer state, roll, ``LogSegment.append`` one
 step at a time), on the same requests.
 
@@ -32,8 +32,8 @@ from storagecore import (
     NewRecord,
     StorageError,
     build_batch,
-    local_log,
     log_validator,
+    native_append,
 )
 from storagecore.log_validator import AppendOrigin
 from storagecore.records import layout
@@ -63,7 +63,7 @@ class _Spy:
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     spy = _Spy()
-    monkeypatch.setattr(local_log, "append_uncompressed", spy)
+    monkeypatch.setattr(native_append, "append_uncompressed", spy)
     return spy
 
 
@@ -96,7 +96,7 @@ class _Twins:
             for i, clock in enumerate(self.clocks)
         ]
         self.monkeypatch = monkeypatch
-        self.native_append = local_log.append_uncompressed
+        self.native_append = native_append.append_uncompressed
 
     def close(self) -> None:
         for log in self.logs:
@@ -110,7 +110,7 @@ class _Twins:
     def append(self, data: bytes, origin: AppendOrigin) -> list[object]:
         results = [_append(self.logs[0], data, origin)]
         with self.monkeypatch.context() as patch:
-            patch.setattr(local_log, "append_uncompressed", None)
+            patch.setattr(native_append, "append_uncompressed", None)
             results.append(_append(self.logs[1], data, origin))
             patch.setattr(log_validator, "validate_uncompressed", None)
             results.append(_append(self.logs[2], data, origin))
@@ -267,7 +267,7 @@ def test_native_appends_write_the_index_entries_of_the_general_path(
         data = _ordinary(3, START_MS + step * 10 - (step % 3) * 25)
         logs[0].append(data)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(local_log, "append_uncompressed", None)
+            patch.setattr(native_append, "append_uncompressed", None)
             logs[1].append(data)
         if step == 5:  # the lookup columns, built now, are extended by the next appends
             for log in logs:
