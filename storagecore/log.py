@@ -1,6 +1,8 @@
 """One partition's log as its users see it (Kafka's UnifiedLog; there is one replica, so the
 high watermark is the log end offset): append, read, offsets by time, the log start offset,
-producer and transaction state, retention, bulk appends.
+producer and transaction state, retention, bulk appends. The log start offset, retention and
+segment deletion are written in :class:`storagecore.segment_deletion.SegmentDeletion`, the base
+class of :class:`Log`; the native append in :mod:`storagecore.native_append`.
 
 The segment list and the protocols that change the directory's files (roll, delete, swap) are
 :class:`storagecore.local_log.LocalLog`'s; a Log owns one and holds the lock it needs.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from storagecore import files
@@ -46,10 +48,10 @@ from storagecore.producer_state import ProducerStateManager
 from storagecore.records.batch import Record, iter_complete_batches
 from storagecore.records.file_records import FileRegion
 from storagecore.records.layout import NO_TIMESTAMP
-from storagecore.retention import RetentionPlan, SegmentView, plan_retention
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
 from storagecore.roll_params import RollParams, should_roll
 from storagecore.segment import LogSegment
+from storagecore.segment_deletion import SegmentDeletion
 from storagecore.transactions import AbortedTxn, ProducerLastBatch, TransactionState
 
 __all__ = [
@@ -65,7 +67,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class Log:
+class Log(SegmentDeletion):
     def __init__(
         self,
         directory: Path,
@@ -164,11 +166,6 @@ class Log:
     @property
     def log_end_offset(self) -> int:
         return self._local.log_end_offset
-
-    @property
-    def high_watermark(self) -> int:
-        """One replica: everything appended is committed."""
-        return self.log_end_offset
 
     @property
     def recovery_point(self) -> int:
@@ -452,37 +449,6 @@ class Log:
                 raise ValueError(f"{self.tp}: invalid target timestamp {timestamp}")
             return self._local.find_offset_by_timestamp(timestamp, self._log_start_offset)
 
-    # -- log start offset and segment deletion -------------------------------------------------
-    def maybe_increment_log_start_offset(self, new_log_start_offset: int, reason: str) -> bool:
-        """Raise the log start offset (never lower it, never past the high watermark)."""
-        with self._lock:
-            if new_log_start_offset > self.high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"{self.tp}: cannot move the log start offset to {new_log_start_offset}, "
-                    f"past the high watermark {self.high_watermark}"
-                )
-            if new_log_start_offset <= self._log_start_offset:
-                return False
-            logger.info(
-                "%s: incrementing log start offset from %d to %d (%s)",
-                self.tp,
-                self._log_start_offset,
-                new_log_start_offset,
-                reason,
-            )
-            self._log_start_offset = new_log_start_offset
-            self.producer_state.on_log_start_offset_incremented(new_log_start_offset)
-            self._local.recovery_point = max(self._local.recovery_point, new_log_start_offset)
-            return True
-
-    def delete_records(self, offset: int) -> int:
-        """Kafka DeleteRecords: records below ``offset`` are gone for readers at once; whole
-        segments below it are deleted by retention. Returns the new log start offset."""
-        if offset < 0:
-            raise OffsetOutOfRangeError(f"{self.tp}: cannot delete records before offset {offset}")
-        self.maybe_increment_log_start_offset(offset, "delete-records")
-        return self._log_start_offset
-
     # -- producers and transactions ---------------------------------------------------------
     def transaction_state(self) -> TransactionState:
         """Producer and transaction state of the whole log (a copy the caller may keep), from
@@ -521,79 +487,7 @@ class Log:
         with self._lock:
             return self._txns.index_unindexed_segments()
 
-    # -- retention -----------------------------------------------------------------------------
-    def retention_view(self) -> list[SegmentView]:
-        """The segments as retention sees them (sizes, offsets, largest timestamps)."""
-        with self._lock, self._local.io(f"inspect {self.tp}"):
-            return [
-                SegmentView(
-                    s.base_offset,
-                    s.next_offset,
-                    s.size_bytes,
-                    lambda s=s: s.largest_timestamp,  # type: ignore[misc]
-                )
-                for s in self._local.segments
-            ]
-
-    def plan_retention(self, now_ms: int | None = None) -> RetentionPlan:
-        """What retention would delete now, without deleting anything (a dry run)."""
-        # The views read a segment's files on first use: the I/O guard covers the plan too.
-        with self._lock, self._local.io(f"plan retention of {self.tp}"):
-            return plan_retention(
-                self.tp,
-                self.retention_view(),
-                self._local.config,
-                log_start_offset=self._log_start_offset,
-                high_watermark=self.high_watermark,
-                now_ms=self.clock.milliseconds() if now_ms is None else now_ms,
-            )
-
-    def delete_old_segments(self, now_ms: int | None = None) -> RetentionPlan:
-        """Plan retention and carry it out under the log's lock (Kafka ``deleteOldSegments``)."""
-        with self._lock:
-            plan = self.plan_retention(now_ms)
-            if plan.deletions:
-                reasons = {
-                    d.segment.base_offset: f"{d.rule.value}: {d.reason}" for d in plan.deletions
-                }
-                doomed = [s for s in self._local.segments if s.base_offset in reasons]
-                self.delete_segments(doomed, reasons)
-            return plan
-
-    def delete_segments(
-        self, segments: Sequence[LogSegment], reason: str | Mapping[int, str]
-    ) -> int:
-        """Remove segments from the log and schedule their files for deletion.
-
-        Protocol (Kafka ``deleteSegments``): 1. if every segment would go, roll a new empty
-        active segment first; 2. raise the log start offset to the first surviving base;
-        3. drop the segments from the list (readers no longer see them); 4. rename their files to
-        ``.deleted``; 5. unlink after ``file.delete.delay.ms`` (:meth:`delete_expired_files`).
-        Steps 3-5 are :meth:`LocalLog.remove_and_delete_segments`. A crash after 4 leaves
-        ``.deleted`` files that the loader removes.
-        """
-        with self._lock, self._local.io(f"delete segments of {self.tp}"):
-            local = self._local
-            doomed = [s for s in segments if s in local.segments]
-            if not doomed:
-                return 0
-            # 1.
-            if len(doomed) == len(local.segments):
-                local.roll(None)
-                doomed = [s for s in doomed if s is not local.active_segment]
-            doomed_ids = {id(s) for s in doomed}
-            first_survivor = next((s for s in local.segments if id(s) not in doomed_ids), None)
-            assert first_survivor is not None, f"{self.tp}: deleting every segment"
-            # 2.
-            self.maybe_increment_log_start_offset(
-                first_survivor.base_offset, reason if isinstance(reason, str) else "retention"
-            )
-            # 3.-5.
-            local.remove_and_delete_segments(doomed, reason)
-            self.producer_state.delete_snapshots(s.base_offset for s in doomed)
-            self._txns.forget()
-            return len(doomed)
-
+    # -- segment swaps ------------------------------------------------------------------------
     def replace_segments(
         self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
     ) -> bool:
@@ -632,24 +526,6 @@ class Log:
             written = bulk_append(self._local, itertools.chain((head,), pending))
             self._txns.bulk_appended(written.first_offset)
             return written.append_info(self._log_start_offset)
-
-    def delete_expired_files(self, *, force: bool = False) -> int:
-        """Unlink ``.deleted`` segment files whose delay has passed (with ``force``: all of them,
-        for a process that knows no reader holds them); return how many segments."""
-        with self._lock:
-            return self._local.delete_expired_files(
-                2**63 - 1 if force else self.clock.milliseconds()
-            )
-
-    def take_expired_files(self, *, force: bool = False) -> list[LogSegment]:
-        """As :meth:`delete_expired_files`, but the caller unlinks the segments' files
-        (``LogSegment.delete_files``, which needs no lock: they left the log)."""
-        with self._lock:
-            return self._local.take_expired_files(2**63 - 1 if force else self.clock.milliseconds())
-
-    @property
-    def pending_deletes(self) -> int:
-        return self._local.pending_deletes
 
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
