@@ -77,7 +77,8 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
 
 /* _append.c */
 PyObject *storagecore_validate_uncompressed(PyObject *self, PyObject *args);
-PyObject *storagecore_append_uncompressed(PyObject *self, PyObject *args);
+PyObject *storagecore_append_uncompressed(PyObject *self, PyObject *const *args,
+                                          Py_ssize_t nargs);
 int storagecore_append_init(PyObject *module);
 /* _columns.c */
 PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
@@ -114,7 +115,8 @@ static PyMethodDef methods[] = {
      "scan_records(payload, count, base_timestamp) -> (problem, max_ts, min_ts, null_keys, sequential)"},
     {"validate_uncompressed", storagecore_validate_uncompressed, METH_VARARGS,
      "Whole-request validation of uncompressed batches; None means: use the Python path."},
-    {"append_uncompressed", storagecore_append_uncompressed, METH_VARARGS,
+    {"append_uncompressed", (PyCFunction)(void (*)(void))storagecore_append_uncompressed,
+     METH_FASTCALL,
      "Validate uncompressed batches and write them to a segment's file; None means: use the "
      "Python path."},
     {"decode_columns", storagecore_decode_columns, METH_VARARGS,
