@@ -109,6 +109,8 @@ class LocalLog:
         #: The native append under this config (storagecore.native_append); None: it never
         #: applies (LogAppendTime, recompression).
         self.native_append = NativeAppend.for_config(config)
+        #: ``flush.messages``, read per append.
+        self.flush_messages = config.flush_messages
 
     @property
     def active_segment(self) -> LogSegment:

@@ -220,42 +220,45 @@ class Log(SegmentDeletion):
             if local.offline or local.closed:
                 local.check_usable()  # raises
             for attempt in (1, 2):
+                # The active segment's files stay pinned open throughout (a descriptor that
+                # cannot be had fails the append before anything is written).
+                segment = local.segments[-1]
                 try:
-                    return self._append_pinned(data, origin)
+                    segment.pin_files()
+                    try:
+                        now_ms = self.clock.milliseconds()
+                        native = local.native_append
+                        done = (
+                            None
+                            if native is None
+                            else native.append(segment, data, origin, now_ms, self.leader_epoch)
+                        )
+                        if done is None or isinstance(done, ValidatedRecords):
+                            return self._append_locked(data, origin, now_ms, done)
+                        # Written by the native append, in this one frame (the common case).
+                        first, last, max_timestamp, offset_of_max, records, size = done
+                        self.producer_state.map_end_offset = last + 1  # no producers to update
+                        if last + 1 - local.recovery_point >= local.flush_messages:
+                            local.flush(last + 1)
+                        return LogAppendInfo(
+                            first,
+                            last,
+                            max_timestamp,
+                            offset_of_max,
+                            -1,
+                            self._log_start_offset,
+                            records,
+                            size,
+                        )
+                    finally:
+                        segment.unpin_files()
                 except OSError as exc:
-                    error = self._local.io_failed(f"append to {self.tp}", exc, append=True)
+                    error = local.io_failed(f"append to {self.tp}", exc, append=True)
                     if attempt == 2 or not isinstance(error, ResourceExhaustedError):
                         raise error from exc
                 # Out of descriptors or memory: the cache shed idle files (io_failed); the
                 # descriptors were pinned before anything was written, so once more is safe.
             raise AssertionError("unreachable")
-
-    def _append_pinned(
-        self, data: bytes | bytearray | memoryview, origin: AppendOrigin
-    ) -> LogAppendInfo:
-        """The append with the active segment's files pinned open throughout: the native
-        append when it takes the request (the common case, in this one frame), else
-        :meth:`_append_locked`."""
-        local = self._local
-        segment = local.segments[-1]
-        segment.pin_files()
-        try:
-            now_ms = self.clock.milliseconds()
-            native = local.native_append
-            if native is None:
-                return self._append_locked(data, origin, now_ms, None)
-            done = native.append(segment, data, origin, now_ms, self.leader_epoch)
-            if done is None or isinstance(done, ValidatedRecords):
-                return self._append_locked(data, origin, now_ms, done)
-            first, last, max_timestamp, offset_of_max, records, size = done
-            self.producer_state.map_end_offset = last + 1  # complete_append, without producers
-            if last + 1 - local.recovery_point >= native.flush_messages:
-                local.flush(last + 1)
-            return LogAppendInfo(
-                first, last, max_timestamp, offset_of_max, -1, self._log_start_offset, records, size
-            )
-        finally:
-            segment.unpin_files()
 
     def _append_locked(
         self,

@@ -15,6 +15,8 @@ from storagecore.index import OffsetIndex, TimeIndex
 from storagecore.records.layout import INT32_MAX, INT64_MAX
 from storagecore.segment import LogSegment
 
+_INT64_MIN = -INT64_MAX - 1
+
 
 class RollParams(NamedTuple):
     """What :func:`should_roll` needs to know about the incoming append."""
@@ -55,32 +57,30 @@ def should_roll(segment: LogSegment, params: RollParams) -> bool:
     )
 
 
-def roll_free_append_limits(
+def roll_free_append_limits(  # noqa: PLR0917 - the hot path, positional
     segment: LogSegment,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    size_bytes: int,
     max_segment_ms: int,
     now_ms: int,
 ) -> int | None:
     """What :func:`should_roll` leaves open to an append, for the native append to check
     without a roll decision of its own: the largest max timestamp an append may carry without
     rolling by time (INT64_MAX when time cannot roll this segment). None when the segment rolls
-    whatever comes (an index is full, or its time is up by the clock), or an index entry is due
-    whose disk blocks are not reserved yet (:meth:`LogSegment.append` reserves them, so that a
-    full filesystem fails before anything is written). ``offset_index`` and ``time_index`` are
-    the segment's (the caller has them at hand: the hot path).
+    whatever comes (an index is full, or its time is up by the clock). ``offset_index``,
+    ``time_index`` and ``size_bytes`` are the segment's (the caller has them at hand: the hot
+    path).
 
-    The size and offset conditions are the caller's and the native append's."""
+    The size and offset conditions are the caller's and the native append's, and so is the
+    reservation of the index entries' blocks (:meth:`storagecore.index.base.IndexBase.
+    native_target`)."""
     if (
         offset_index.entries >= offset_index.max_entries
         or time_index.entries >= time_index.max_entries - 1
     ):
         return None
-    if segment.bytes_since_last_index_entry > segment.index_interval_bytes and not (
-        offset_index.next_entry_reserved() and time_index.next_entry_reserved()
-    ):
-        return None  # append() reserves the blocks after validating, before writing
-    if segment.log.size_bytes == 0:
+    if size_bytes == 0:
         return INT64_MAX
     allowed_ms = max_segment_ms - segment.rolling_jitter_ms
     rolling_based = segment.rolling_based_timestamp
@@ -88,5 +88,8 @@ def roll_free_append_limits(
         segment.load_first_batch_timestamp()
         rolling_based = segment.rolling_based_timestamp
     if rolling_based is not None and rolling_based >= 0:
-        return max(min(rolling_based + allowed_ms, INT64_MAX), -INT64_MAX - 1)
+        limit = rolling_based + allowed_ms
+        if limit > INT64_MAX:
+            return INT64_MAX
+        return limit if limit >= _INT64_MIN else _INT64_MIN
     return INT64_MAX if now_ms - segment.created_ms <= allowed_ms else None

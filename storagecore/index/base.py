@@ -325,13 +325,17 @@ class AbstractIndex:
             return True
         return end <= self._reserved and (self._mapping is not None or not MAPPED)
 
-    def native_target(self) -> tuple[_mapping.Mapping | bytearray | None, int]:
+    def native_target(
+        self, *, reserve: bool
+    ) -> tuple[_mapping.Mapping | bytearray | None, int] | None:
         """Where the native append (storagecore.records.append_uncompressed) writes the entry it
         is due, and the entry it writes there: the mapping and the next entry, or unmapped a
-        one-entry buffer (entry 0) that :meth:`entry_written` then writes to the file. The
-        entry's disk blocks are reserved (and the index mapped) first, so that a full disk or a
-        missing descriptor fails here, before anything is written. None when the index is
-        full: the general path rolls."""
+        one-entry buffer (entry 0) that :meth:`entry_written` then writes to the file. With
+        ``reserve`` the entry's disk blocks are reserved (and the index mapped) first, so that a
+        full disk or a missing descriptor fails here, before anything is written; without it
+        None when they are not (an entry due now: the general path reserves them after
+        validating, :meth:`storagecore.segment.LogSegment.append`). ``(None, 0)`` when the
+        index is full: the general path rolls."""
         entries = self.entries
         mapping = self._mapping
         if mapping is not None and (entries + 1) * self.entry.size <= self._reserved:
@@ -339,6 +343,8 @@ class AbstractIndex:
         if entries >= self.max_entries:
             return None, 0
         if not self.next_entry_reserved():
+            if not reserve:
+                return None
             self.reserve_next()
         mapping = self._mapping
         return (self._scratch, 0) if mapping is None else (mapping, entries)
