@@ -224,14 +224,14 @@ class Log(SegmentDeletion):
                 # cannot be had fails the append before anything is written).
                 segment = local.segments[-1]
                 try:
-                    segment.pin_files()
+                    fd = segment.pin_files()
                     try:
                         now_ms = self.clock.milliseconds()
                         native = local.native_append
                         done = (
                             None
                             if native is None
-                            else native.append(segment, data, origin, now_ms, self.leader_epoch)
+                            else native.append(segment, fd, data, origin, now_ms, self.leader_epoch)
                         )
                         if done is None or isinstance(done, ValidatedRecords):
                             return self._append_locked(data, origin, now_ms, done)
@@ -240,15 +240,21 @@ class Log(SegmentDeletion):
                         self.producer_state.map_end_offset = last + 1  # no producers to update
                         if last + 1 - local.recovery_point >= local.flush_messages:
                             local.flush(last + 1)
-                        return LogAppendInfo(
-                            first,
-                            last,
-                            max_timestamp,
-                            offset_of_max,
-                            -1,
-                            self._log_start_offset,
-                            records,
-                            size,
+                        # tuple.__new__: what LogAppendInfo's own (Python) __new__ does, a
+                        # frame less; every field in order, duplicate=False last.
+                        return tuple.__new__(
+                            LogAppendInfo,
+                            (
+                                first,
+                                last,
+                                max_timestamp,
+                                offset_of_max,
+                                -1,
+                                self._log_start_offset,
+                                records,
+                                size,
+                                False,
+                            ),
                         )
                     finally:
                         segment.unpin_files()

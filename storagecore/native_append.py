@@ -60,9 +60,10 @@ class NativeAppend:
         recompression)."""
         return cls(config) if native_append_applies(config) else None
 
-    def append(
+    def append(  # noqa: PLR0917 - the hot path, positional
         self,
         segment: LogSegment,
+        fd: int,
         data: bytes | bytearray | memoryview,
         origin: AppendOrigin,
         now_ms: int,
@@ -70,7 +71,8 @@ class NativeAppend:
     ) -> NativeWritten | ValidatedRecords | None:
         """Validate ``data`` as :func:`validate_and_assign_offsets` does, assign offsets from
         ``segment``'s next offset and, when no batch has a producer id and no roll is due,
-        write it to ``segment`` (the active one, whose files the caller pinned) with its index
+        write it to ``segment`` (the active one, whose files the caller pinned: ``fd`` is its
+        ``.log``'s descriptor) with its index
         entries: returns :data:`NativeWritten`. Returns the validated batches unwritten when a
         producer or a roll needs the general path, and None (nothing written, nothing decided)
         when the native validation does not take the request: compressed or invalid batches,
@@ -106,7 +108,7 @@ class NativeAppend:
         base_offset = segment.base_offset
         result = native(
             data,
-            file.pinned_fd(),
+            fd,
             position,
             segment.next_offset(),
             now_ms,

@@ -106,15 +106,19 @@ class SegmentFiles:
         self._time_index.close_without_trim()
         self._log.close()
 
-    def pin_files(self) -> None:
+    def pin_files(self) -> int:
         """Keep the segment's three files open until :meth:`unpin_files` (an append: a
         descriptor that cannot be had fails it before anything is written, never between the
         log and its index entries); only the ``.log`` when the indexes are mapped (mapped
         before the write: OffsetIndex.reserve_next). One acquisition of the cache's lock;
-        nothing without a cache (the files are open for good then)."""
+        nothing without a cache (the files are open for good then). Returns the ``.log``'s
+        descriptor (the native append writes to it)."""
         cache = self.file_cache
-        if cache is not None:
-            cache.acquire_all(self._handles or self._cached_handles())
+        if cache is None:
+            return self._log.handle.fd  # open for the segment's life
+        handles = self._handles or self._cached_handles()
+        cache.acquire_all(handles)
+        return handles[0].fd
 
     def unpin_files(self) -> None:
         cache = self.file_cache
