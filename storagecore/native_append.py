@@ -81,7 +81,9 @@ class NativeAppend:
         native = append_uncompressed  # read per call: tests turn it off
         if native is None:
             return None
-        file = segment.log
+        file, offset_index, time_index, next_offset, max_so_far, offset_of_max_so_far = (
+            segment.native_append_state()
+        )
         position = file.size_bytes
         if isinstance(data, memoryview):
             data = data.cast("B")  # len() in bytes, as the written size
@@ -90,7 +92,6 @@ class NativeAppend:
             return None  # a compressed first batch: spare the calls below
         if size > self.segment_bytes - position:
             return None  # a roll, or RecordBatchTooLargeError: the general path decides
-        offset_index, time_index = segment.offset_index, segment.time_index
         max_timestamp_no_roll = roll_free_append_limits(
             segment, offset_index, time_index, position, self.max_segment_ms, now_ms
         )
@@ -104,13 +105,12 @@ class NativeAppend:
         time_target = time_index.native_target(reserve=not due)
         if offset_target is None or time_target is None:
             return None
-        max_so_far, offset_of_max_so_far = segment.max_timestamp_entry()
         base_offset = segment.base_offset
         result = native(
             data,
             fd,
             position,
-            segment.next_offset(),
+            next_offset,
             now_ms,
             origin is _CLIENT,
             origin is _REPLICATION,

@@ -23,10 +23,7 @@ from storagecore.file_cache import CachedFile, FileCache
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
 from storagecore.records.batch import RecordBatch
 from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
-from storagecore.records.layout import (
-    INT32_MAX,
-    NO_TIMESTAMP,
-)
+from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
 from storagecore.segment_files import SegmentFiles, UnopenedFiles
 
 logger = logging.getLogger(__name__)
@@ -224,6 +221,17 @@ class LogSegment(SegmentFiles):
             entry = self._max_timestamp = (last.timestamp, last.offset)
         return entry
 
+    def native_append_state(self) -> tuple[FileRecords, OffsetIndex, TimeIndex, int, int, int]:
+        """What the native append reads, in one call: the ``.log``, the indexes, the next
+        offset, the max timestamp so far and its offset."""
+        if self._verify_with is not None:
+            self._verify()
+        entry = self._max_timestamp or self.max_timestamp_entry()
+        next_offset = self._next_offset
+        if next_offset is None:
+            next_offset = self.next_offset()
+        return self._log, self._offset_index, self._time_index, next_offset, entry[0], entry[1]
+
     @property
     def max_timestamp_so_far(self) -> int:
         return self.max_timestamp_entry()[0]
@@ -360,8 +368,7 @@ class LogSegment(SegmentFiles):
     ) -> None:
         """:meth:`record_appended` for an append whose index entries the native append wrote
         itself (``index_entries``: 0 none, 1 the offset entry, 2 the offset and time entries,
-        each where and as :meth:`record_appended` would have written it). The hot path: the
-        fields are read once, without the checked accessors (the append used the files)."""
+        each where and as :meth:`record_appended` would have written it). The hot path."""
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
         entry = self._max_timestamp or self.max_timestamp_entry()
