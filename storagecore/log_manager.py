@@ -1,10 +1,10 @@
 """The logs of one worker across its log directories (Kafka's LogManager).
 
-Per log dir: a ``.lock`` (flock; a second process fails with :class:`LogDirLockedError`), its
-own checkpoints (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``) and its
-own ``.kafka_cleanshutdown`` marker. The marker is deleted as soon as loading starts, so a crash
-while loading counts as unclean (KAFKA-10471), and written again only by :meth:`shutdown` after
-every log of the dir was flushed and checkpointed.
+Per log dir (a :class:`storagecore.log_dir.LogDir`): a ``.lock`` (flock; a second process fails
+with :class:`LogDirLockedError`), its own checkpoints (``recovery-point-offset-checkpoint``,
+``log-start-offset-checkpoint``) and its own ``.kafka_cleanshutdown`` marker. The marker is
+deleted as soon as loading starts, so a crash while loading counts as unclean (KAFKA-10471), and
+written again only by :meth:`shutdown` after every log of the dir was flushed and checkpointed.
 
 An ``OSError`` in a dir takes that dir offline (its logs raise :class:`LogDirOfflineError`,
 checkpoints stop being written for it); the other dirs keep working.
@@ -17,7 +17,6 @@ of a log dir (DESIGN invariant 5).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import json
 import logging
@@ -25,14 +24,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from storagecore import durability, file_lock, files, log_retention
-from storagecore.checkpoints import OffsetCheckpointFile
+from storagecore import durability, files, log_retention
 from storagecore.clock import Clock, SystemClock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.disk_space import DiskSpace, is_disk_full
 from storagecore.errors import (
     ConfigError,
-    CorruptCheckpointError,
     LogDirFullError,
     LogDirOfflineError,
     ResourceExhaustedError,
@@ -41,6 +38,7 @@ from storagecore.errors import (
 )
 from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
 from storagecore.log import Log
+from storagecore.log_dir import LogDir
 from storagecore.log_retention import RetentionCoordinator, RetentionTotals
 from storagecore.logs_to_delete import LogsToDelete
 from storagecore.retention import RetentionPlan
@@ -49,23 +47,6 @@ from storagecore.roll_flush import RollFlushThread
 logger = logging.getLogger(__name__)
 
 ConfigLookup = Callable[[str], LogConfig]
-
-
-@dataclasses.dataclass(slots=True)
-class _LogDir:
-    path: Path
-    lock_fd: int
-    had_clean_shutdown: bool
-    online: bool = True
-    error: str | None = None
-    #: Checkpoint file name -> the offsets it holds on stable storage: what this manager wrote
-    #: (write_atomically returns once the rename is durable) or read after the open's directory
-    #: fsync (a clean shutdown). A checkpoint whose offsets have not changed is not rewritten:
-    #: the same offsets would cost two fsyncs for nothing (at every shutdown of a `logkeeper
-    #: clean`, and every checkpoint interval of an idle worker).
-    durable_checkpoints: dict[str, dict[TopicPartition, int]] = dataclasses.field(
-        default_factory=dict
-    )
 
 
 class LogManager:
@@ -103,7 +84,7 @@ class LogManager:
         self.recovery_threads_per_dir = max(1, recovery_threads_per_dir)
         self.broker_epoch = broker_epoch
         self._lock = threading.RLock()
-        self._dirs: dict[Path, _LogDir] = {}
+        self._dirs: dict[Path, LogDir] = {}
         self._logs: dict[TopicPartition, Log] = {}
         # Invariant: the number of logs in _logs per log dir (where a new log goes).
         self._log_counts: dict[Path, int] = {}
@@ -124,7 +105,7 @@ class LogManager:
             raise ConfigError(f"log directories listed twice: {[str(p) for p in paths]}")
         try:
             for path in paths:
-                self._dirs[path] = self._lock_dir(path)
+                self._dirs[path] = LogDir.lock(path)
             self._load_logs()
             #: Files the load opened (the cache's misses): after a clean shutdown only the
             #: active segments' (storagecore.loader, pass 3), whatever the segment count.
@@ -136,21 +117,9 @@ class LogManager:
             raise
 
     # -- directories ---------------------------------------------------------------------------
-    @staticmethod
-    def _lock_dir(path: Path) -> _LogDir:
-        fd = file_lock.lock_dir(path)
-        marker = path / files.CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        if clean:
-            marker.unlink()
-            durability.fsync_dir(path)
-        return _LogDir(path, fd, clean)
-
     def _release_locks(self) -> None:
         for log_dir in self._dirs.values():
-            if log_dir.lock_fd >= 0:
-                file_lock.release(log_dir.lock_fd)
-                log_dir.lock_fd = -1
+            log_dir.release()
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -226,19 +195,6 @@ class LogManager:
             raise LogDirOfflineError(f"{what} failed in {path}: {exc}") from exc
 
     # -- loading -------------------------------------------------------------------------------
-    def _read_checkpoint(self, log_dir: _LogDir, name: str) -> dict[TopicPartition, int]:
-        path = log_dir.path / name
-        try:
-            offsets = OffsetCheckpointFile(path).read()
-        except CorruptCheckpointError as exc:
-            logger.warning("Ignoring unreadable checkpoint (offsets default to 0): %s", exc)
-            return {}
-        if log_dir.had_clean_shutdown and path.exists():
-            # The open fsynced the directory (after its previous owner's last write, itself
-            # fsynced): this content is on stable storage.
-            log_dir.durable_checkpoints[name] = dict(offsets)
-        return offsets
-
     def _load_logs(self) -> None:
         # A volume of many segments allocates a few objects per segment, all kept: the cyclic
         # garbage collector's passes over them made the load quadratic-ish (half the time of
@@ -258,9 +214,9 @@ class LogManager:
                 gc.enable()
         gc.freeze()
 
-    def _load_dir(self, log_dir: _LogDir) -> None:
-        recovery_points = self._read_checkpoint(log_dir, files.RECOVERY_POINT_CHECKPOINT)
-        log_starts = self._read_checkpoint(log_dir, files.LOG_START_OFFSET_CHECKPOINT)
+    def _load_dir(self, log_dir: LogDir) -> None:
+        recovery_points = log_dir.read_checkpoint(files.RECOVERY_POINT_CHECKPOINT)
+        log_starts = log_dir.read_checkpoint(files.LOG_START_OFFSET_CHECKPOINT)
         jobs: list[tuple[TopicPartition, Path]] = []
         for child in sorted(log_dir.path.iterdir()):
             if not child.is_dir() or child.name in files.PIPELINE_DIRS:
@@ -512,12 +468,12 @@ class LogManager:
             logs = [
                 log for log in self._logs.values() if log.parent_dir == path and not log.offline
             ]
-            self._write_checkpoint(
-                path, files.RECOVERY_POINT_CHECKPOINT, {log.tp: log.recovery_point for log in logs}
+            log_dir = self._dirs[path]
+            log_dir.write_checkpoint(
+                files.RECOVERY_POINT_CHECKPOINT, {log.tp: log.recovery_point for log in logs}
             )
             # Only logs whose start moved past their first segment (Kafka does the same).
-            self._write_checkpoint(
-                path,
+            log_dir.write_checkpoint(
                 files.LOG_START_OFFSET_CHECKPOINT,
                 {
                     log.tp: log.log_start_offset
@@ -525,17 +481,6 @@ class LogManager:
                     if log.log_start_offset > log.segments[0].base_offset
                 },
             )
-
-    def _write_checkpoint(self, path: Path, name: str, offsets: dict[TopicPartition, int]) -> None:
-        """Write one checkpoint file of the dir ``path``, unless stable storage already holds
-        these offsets in it (see ``_LogDir.durable_checkpoints``)."""
-        durable = self._dirs[path].durable_checkpoints
-        target = path / name
-        if durable.get(name) == offsets and target.exists():
-            return
-        durable.pop(name, None)  # until the new content is durable
-        OffsetCheckpointFile(target).write(offsets)
-        durable[name] = offsets
 
     # -- shutdown ------------------------------------------------------------------------------
     def shutdown(self, *, before_unlock: Callable[[], object] | None = None) -> None:
