@@ -16,11 +16,49 @@
 
 /* ---- the offset map ---------------------------------------------------------------------- */
 
+/* Positions: per offset of the round's dirty range (offset - positions_start), where the map
+ * pass left the key of the record at that offset: ((slot + 1) << POSITION_PROBE_BITS) | the
+ * probes a lookup of that key takes (1 .. POSITION_PROBES_MAX); 0 when not known (no key, put
+ * by another path, a probe path too long to note, an offset met twice). Entries never move
+ * within a round (no deletes, no resize), and the slots on a key's probe path before its own
+ * were occupied when it was put and stay so: the filter pass reads the slot and the probe count
+ * from here instead of digesting the key again, and takes the same decision, lookup and probe
+ * counts as the digest would give. The storage is the part of the map's memory budget that the
+ * round's probed prefix leaves unused (storagecore/cleaner/offset_map.py). */
+#define POSITION_PROBE_BITS 5
+#define POSITION_PROBES_MAX ((1u << POSITION_PROBE_BITS) - 1)
+#define POSITION_SLOTS_MAX ((Py_ssize_t)(UINT32_MAX >> POSITION_PROBE_BITS) - 1)
+
 typedef struct {
     uint8_t *table;
     Py_ssize_t slots;
     unsigned long long lookups, probes;
+    uint32_t *positions; /* NULL: none this call */
+    int64_t positions_start;
+    Py_ssize_t positions_len;
 } offset_map_t;
+
+/* The positions entry of offset, or NULL when outside the noted range. */
+static inline uint32_t *position_entry(const offset_map_t *map, int64_t offset) {
+    if (map->positions == NULL || offset < map->positions_start ||
+        offset - map->positions_start >= map->positions_len)
+        return NULL;
+    return map->positions + (offset - map->positions_start);
+}
+
+/* Note that the key of the record at offset sits at byte position of the table, found with
+ * probes probes. An offset noted twice (only a log with repeated offsets) is unknown. */
+static inline void note_position(offset_map_t *map, int64_t offset, Py_ssize_t position,
+                                 unsigned long long probes) {
+    uint32_t *entry = position_entry(map, offset);
+    if (entry == NULL) return;
+    Py_ssize_t slot = position / ENTRY_BYTES;
+    if (*entry != 0 || probes > POSITION_PROBES_MAX || slot > POSITION_SLOTS_MAX) {
+        *entry = UINT32_MAX; /* never a valid note: (slot + 1) <= POSITION_SLOTS_MAX + 1 */
+        return;
+    }
+    *entry = (uint32_t)(slot + 1) << POSITION_PROBE_BITS | (uint32_t)probes;
+}
 
 static inline Py_ssize_t slot_of(const uint8_t *digest, Py_ssize_t slots, Py_ssize_t attempt) {
     Py_ssize_t window = attempt < HASH_BYTES - 4 ? attempt : HASH_BYTES - 4;
@@ -114,12 +152,21 @@ static inline void mark_wanted(record_t *records, Py_ssize_t i, int is_wanted, P
 #define PREFETCH_DISTANCE 16
 
 /* Digest the k-th wanted record's key (when there is one) and prefetch its first slot. Every
- * wanted record is digested this way, in order, before its probe. */
+ * wanted record is digested this way, in order, before its probe; with use_notes (the filter
+ * pass), a record whose offset the map pass noted takes its slot from there instead. */
 static inline void digest_and_prefetch(const offset_map_t *map, record_t *records,
                                        const Py_ssize_t *wanted, Py_ssize_t n, Py_ssize_t k,
-                                       sip_key_t key) {
+                                       sip_key_t key, int use_notes) {
     if (k < n) {
         record_t *r = &records[wanted[k]];
+        const uint32_t *noted = use_notes ? position_entry(map, r->offset) : NULL;
+        r->known = noted != NULL && *noted != 0 && *noted != UINT32_MAX;
+        if (r->known) { /* the map pass's note: no digest needed (see offset_map_t) */
+            r->known_probes = (int)(*noted & POSITION_PROBES_MAX);
+            r->first_position = (Py_ssize_t)((*noted >> POSITION_PROBE_BITS) - 1) * ENTRY_BYTES;
+            __builtin_prefetch(map->table + r->first_position + HASH_BYTES);
+            return;
+        }
         siphash128(r->key, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, r->digest);
         r->first_position = slot_of(r->digest, map->slots, 0) * ENTRY_BYTES;
         __builtin_prefetch(map->table + r->first_position);
@@ -224,17 +271,18 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
         mark_wanted(records, i, is_wanted, s->wanted, &n);
     }
     for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
-        digest_and_prefetch(map, records, s->wanted, n, q, key);
+        digest_and_prefetch(map, records, s->wanted, n, q, key, 0);
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
         if (r->wanted) {
-            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key);
+            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key, 0);
             if (p->size >= p->capacity) {
                 p->full = 1;
                 return 0;
             }
             int found;
+            unsigned long long probes_before = map->probes;
             Py_ssize_t position = map_find_from(map, r->digest, r->first_position, &found);
             if (!found) {
                 if (position < 0 || p->size >= map->slots) {
@@ -245,6 +293,7 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
                 p->size++;
             }
             set_entry_offset(map, position, r->offset);
+            note_position(map, r->offset, position, map->probes - probes_before);
             p->puts++;
             p->last_put = r->offset;
         }
@@ -309,7 +358,7 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
         mark_wanted(records, i, is_wanted, s->wanted, &n);
     }
     for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
-        digest_and_prefetch(map, records, s->wanted, n, q, key);
+        digest_and_prefetch(map, records, s->wanted, n, q, key, 1);
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
@@ -320,9 +369,17 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             f->invalid++;
             keep = 0;
         } else {
-            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key);
+            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key, 1);
             int found;
-            Py_ssize_t position = map_find_from(map, r->digest, r->first_position, &found);
+            Py_ssize_t position;
+            if (r->known) { /* the key's slot, as its digest would find it (see offset_map_t) */
+                map->lookups++;
+                map->probes += (unsigned long long)r->known_probes;
+                position = r->first_position;
+                found = 1;
+            } else {
+                position = map_find_from(map, r->digest, r->first_position, &found);
+            }
             int64_t mapped = found ? entry_offset(map, position) : -1; /* map_get */
             if (r->offset < mapped) {
                 keep = 0; /* a later record has this key */

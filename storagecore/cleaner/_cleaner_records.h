@@ -30,6 +30,8 @@ typedef struct {
     int64_t header_count;
     Py_ssize_t headers_bytes;
     int wanted; /* whether the pass needs the key's digest */
+    int known;  /* filter: the key's slot came from the map pass's positions (no digest) */
+    int known_probes; /* ... and the probes its lookup takes */
     uint8_t digest[HASH_BYTES];
     Py_ssize_t first_position; /* byte position of the digest's first slot in the map */
 } record_t;

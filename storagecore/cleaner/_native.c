@@ -67,11 +67,32 @@ static int open_map(Py_buffer *table, Py_ssize_t slots, Py_buffer *secret, offse
     map->slots = slots;
     map->lookups = 0;
     map->probes = 0;
+    map->positions = NULL;
+    map->positions_start = 0;
+    map->positions_len = 0;
     *key = sip_key((const uint8_t *)secret->buf);
     return 0;
 }
 
-/* map_region(table, slots, size, capacity, secret, region, start, latest_offset, decompressors)
+/* The region calls' positions (see offset_map_t in _cleaner_batch.h): native uint32 per offset
+ * from start; an empty buffer for none. 0 on success, -1 with an exception set. */
+static int open_positions(Py_buffer *positions, long long start, offset_map_t *map) {
+    if (positions->len % (Py_ssize_t)sizeof(uint32_t) != 0 ||
+        ((uintptr_t)positions->buf % sizeof(uint32_t)) != 0) {
+        PyErr_Format(PyExc_ValueError, "offset map positions of %zd bytes are not uint32s",
+                     positions->len);
+        return -1;
+    }
+    if (positions->len > 0) {
+        map->positions = (uint32_t *)positions->buf;
+        map->positions_start = start;
+        map->positions_len = positions->len / (Py_ssize_t)sizeof(uint32_t);
+    }
+    return 0;
+}
+
+/* map_region(table, slots, size, capacity, secret, region, start, latest_offset, decompressors,
+ *            positions, positions_start)
  *   -> (size, latest_offset, walked, consumed, batches, stop, lookups, probes, last_offset)
  *
  * build_offset_map over the leading plain batches of region (see the top of this file): keys
@@ -83,12 +104,12 @@ static int open_map(Py_buffer *table, Py_ssize_t slots, Py_buffer *secret, offse
  * filled inside the batch that ends at consumed; walked counts its records up to there).
  * last_offset is the last offset of the last batch taken (-1 when none). */
 static PyObject *map_region(PyObject *self, PyObject *args) {
-    Py_buffer table, secret, region;
+    Py_buffer table, secret, region, positions;
     Py_ssize_t slots, size, capacity;
-    long long start, latest;
+    long long start, latest, positions_start;
     PyObject *decompressors;
-    if (!PyArg_ParseTuple(args, "w*nnny*y*LLO", &table, &slots, &size, &capacity, &secret,
-                          &region, &start, &latest, &decompressors))
+    if (!PyArg_ParseTuple(args, "w*nnny*y*LLOw*L", &table, &slots, &size, &capacity, &secret,
+                          &region, &start, &latest, &decompressors, &positions, &positions_start))
         return NULL;
     PyObject *result = NULL, *records_held = NULL;
     offset_map_t map;
@@ -96,6 +117,7 @@ static PyObject *map_region(PyObject *self, PyObject *args) {
     codecs_t codecs;
     scratch_t scratch = {0};
     if (open_map(&table, slots, &secret, &map, &key) < 0) goto done;
+    if (open_positions(&positions, positions_start, &map) < 0) goto done;
     if (open_codecs(decompressors, &codecs) < 0) goto done;
     map_progress_t p = {size, capacity, 0, 0, -1, 0, 0};
     Py_ssize_t pos = 0, batches = 0;
@@ -156,6 +178,7 @@ done:
     PyBuffer_Release(&table);
     PyBuffer_Release(&secret);
     PyBuffer_Release(&region);
+    PyBuffer_Release(&positions);
     return result;
 }
 
@@ -192,7 +215,8 @@ static int out_reserve(out_t *o, size_t more) {
 }
 
 /* filter_region(table, slots, latest_offset, secret, region, now_ms, new_horizon_ms,
- *               upper_bound, producers, decompressors, compressors, chunk)
+ *               upper_bound, producers, decompressors, compressors, chunk, positions,
+ *               positions_start)
  *   -> (output, chunks, chunk, consumed, batches, messages_read, messages_written, invalid,
  *       verbatim, rebuilt, next_horizon_ms, stop, lookups, probes, last_offset)
  *
@@ -213,15 +237,15 @@ static int out_reserve(out_t *o, size_t more) {
  * whose records are all dropped but which must stay as an empty batch (the last batch of a
  * producer, or the one just below upper_bound) is left to the per-batch path. */
 static PyObject *filter_region(PyObject *self, PyObject *args) {
-    Py_buffer table, secret, region, producers;
+    Py_buffer table, secret, region, producers, positions;
     Py_ssize_t slots;
-    long long latest_offset, now_ms, new_horizon_ms, upper_bound;
+    long long latest_offset, now_ms, new_horizon_ms, upper_bound, positions_start;
     PyObject *decompressors, *compressors;
     long long flush_bytes, pending, chunk_last, chunk_max, chunk_of_max;
-    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*OO(LLLLL)", &table, &slots, &latest_offset,
+    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*OO(LLLLL)y*L", &table, &slots, &latest_offset,
                           &secret, &region, &now_ms, &new_horizon_ms, &upper_bound, &producers,
                           &decompressors, &compressors, &flush_bytes, &pending, &chunk_last,
-                          &chunk_max, &chunk_of_max))
+                          &chunk_max, &chunk_of_max, &positions, &positions_start))
         return NULL;
     PyObject *result = NULL, *records_held = NULL, *compressed_held = NULL;
     offset_map_t map;
@@ -230,6 +254,7 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
     scratch_t scratch = {0};
     out_t out = {0}, ends = {0}, raw = {0};
     if (open_map(&table, slots, &secret, &map, &key) < 0) goto done;
+    if (open_positions(&positions, positions_start, &map) < 0) goto done;
     if (open_codecs(decompressors, &unpack) < 0 || open_codecs(compressors, &pack) < 0) goto done;
     for (Py_ssize_t id = 1; id < CODEC_IDS; id++) {
         if (pack.fn[id] == NULL) unpack.fn[id] = NULL; /* a codec is plain with both ways only */
@@ -393,6 +418,7 @@ done:
     PyBuffer_Release(&table);
     PyBuffer_Release(&secret);
     PyBuffer_Release(&region);
+    PyBuffer_Release(&positions);
     PyBuffer_Release(&producers);
     return result;
 }

@@ -60,6 +60,8 @@ def map_region(
     start: int,
     latest_offset: int,
     decompressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
+    positions: Buffer,
+    positions_start: int,
     /,
 ) -> tuple[int, int, int, int, int, int, int, int, int]: ...
 def filter_region(
@@ -75,6 +77,8 @@ def filter_region(
     decompressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
     compressors: tuple[Callable[[memoryview], bytes] | None, ...] | None,
     chunk: tuple[int, int, int, int, int],
+    positions: Buffer,
+    positions_start: int,
     /,
 ) -> tuple[
     bytes,

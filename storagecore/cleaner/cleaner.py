@@ -168,7 +168,7 @@ class Cleaner:
         """
         offset_map = self.offset_map
         # The round puts at most one key per offset from start to the log end.
-        offset_map.clear(max_keys=log.log_end_offset - start)
+        offset_map.clear(max_keys=log.log_end_offset - start, first_offset=start)
         # Everything below ``start`` is already clean: a round whose dirty range is empty (run
         # to drop tombstones past their horizon) treats it as mapped.
         offset_map.update_latest_offset(start - 1)
