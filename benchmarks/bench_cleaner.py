@@ -424,7 +424,7 @@ def main() -> None:
     parser.add_argument(
         "--kafka-forks", type=int, default=3, help="JVMs of Kafka's harness, one after the other"
     )
-    parser.add_argument("--kafka-warmup", type=int, default=3, help="untimed rounds per JVM")
+    parser.add_argument("--kafka-warmup", type=int, default=5, help="untimed rounds per JVM")
     parser.add_argument("--kafka-runs", type=int, default=5, help="timed rounds per JVM")
     parser.add_argument("--big", action="store_true", help="measure the peak RSS (slow)")
     parser.add_argument("--big-keys", type=int, default=10_000_000)
