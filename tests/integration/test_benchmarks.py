@@ -57,6 +57,12 @@ def test_bench_cleaner_tiny(tmp_path: Path) -> None:
             assert "Kafka 4.3.1 classes, warm JIT" in out, out
         if HAVE_VALGRIND:
             assert f"callgrind, clean of 3000 records (300 keys) {codec}:" in out, out
+    if HAVE_JAVA:
+        # Kafka's spread: 3 JVMs x 5 timed rounds by default, every ratio against the best.
+        assert out.count("best of 15") == 2, out
+        for row in ("(its median warm round)", "(its slowest warm round)", "(its first round"):
+            assert out.count(row) == 2, out
+        assert out.count("x its median)") == 6, out
     if HAVE_VALGRIND:
         for how in ("--topics", "--config"):
             whole = f"callgrind, whole `logkeeper clean {how}` process on 3000 records (300 keys)"
