@@ -135,6 +135,49 @@ static int64_t map_get(offset_map_t *map, const uint8_t *digest) {
     Py_ssize_t position = map_find(map, digest, &found);
     return found ? entry_offset(map, position) : -1;
 }
+/* ---- the entry points' arguments ------------------------------------------------------- */
+
+/* Shared argument checks; 0 on success, -1 with an exception set. */
+static int open_map(Py_buffer *table, Py_ssize_t slots, Py_buffer *secret, offset_map_t *map,
+                    sip_key_t *key) {
+    if (slots < 1 || table->len != slots * ENTRY_BYTES) {
+        PyErr_Format(PyExc_ValueError, "offset map table of %zd bytes does not hold %zd slots",
+                     table->len, slots);
+        return -1;
+    }
+    if (secret->len != SIPHASH_KEY_BYTES) {
+        PyErr_Format(PyExc_ValueError, "offset map secret of %zd bytes (expected %d)",
+                     secret->len, SIPHASH_KEY_BYTES);
+        return -1;
+    }
+    map->table = (uint8_t *)table->buf;
+    map->slots = slots;
+    map->lookups = 0;
+    map->probes = 0;
+    map->positions = NULL;
+    map->positions_start = 0;
+    map->positions_len = 0;
+    *key = sip_key((const uint8_t *)secret->buf);
+    return 0;
+}
+
+/* The region calls' positions (see offset_map_t in _cleaner_batch.h): native uint32 per offset
+ * from start; an empty buffer for none. 0 on success, -1 with an exception set. */
+static int open_positions(Py_buffer *positions, long long start, offset_map_t *map) {
+    if (positions->len % (Py_ssize_t)sizeof(uint32_t) != 0 ||
+        ((uintptr_t)positions->buf % sizeof(uint32_t)) != 0) {
+        PyErr_Format(PyExc_ValueError, "offset map positions of %zd bytes are not uint32s",
+                     positions->len);
+        return -1;
+    }
+    if (positions->len > 0) {
+        map->positions = (uint32_t *)positions->buf;
+        map->positions_start = start;
+        map->positions_len = positions->len / (Py_ssize_t)sizeof(uint32_t);
+    }
+    return 0;
+}
+
 /* ---- digests and probes, a batch at a time ----------------------------------------------- */
 
 /* Mark record i wanted or not and, when wanted, append i to wanted[0..*n): one loop, no

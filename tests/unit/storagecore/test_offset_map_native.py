@@ -38,7 +38,6 @@ from storagecore import (
     build_batch,
 )
 from storagecore.cleaner import Cleaner, CleanerStats, CleanRequest, regions
-from storagecore.cleaner import offset_map as offset_map_module
 from storagecore.cleaner.offset_map import (
     IMPLEMENTATION,
     SkimpyOffsetMap,
@@ -48,7 +47,6 @@ from storagecore.cleaner.offset_map import (
 from storagecore.cleaner.siphash import siphash128
 from storagecore.errors import CorruptRecordError
 from storagecore.native import load_extension
-from storagecore.records import codecs as records_codecs
 from storagecore.records import layout
 from storagecore.records.memory_records_builder import rebuild_batch
 
@@ -471,75 +469,6 @@ class _Counting:
             return result
 
         return call
-
-
-@needs_native
-@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
-def test_filter_reads_the_map_pass_notes_of_key_positions(
-    tmp_path: Path, codec: Compression
-) -> None:
-    """With room in the budget after the probed prefix, the map pass notes where each key went
-    and the filter pass reads its slot from there instead of digesting the key: the same files,
-    and the same lookup and probe counts as the reference (which digests every key). A note
-    that pointed at a wrong slot would keep or drop the wrong records (the differential test
-    test_cleaning_rounds_write_the_same_bytes runs both ways too)."""
-    logs = []
-    for name, native in (("native", True), ("python", False)):
-        log = Log.open(
-            tmp_path / name / "t-0", LogConfig(cleanup_policy=("compact",)), ManualClock(START_MS)
-        )
-        rng = random.Random(3)
-        for _ in range(40):
-            keys = [b"key-%d" % rng.randrange(300) for _ in range(50)]
-            log.append(
-                build_batch([NewRecord(key=k, value=b"v" * 20) for k in keys], compression=codec)
-            )
-        log.roll()
-        offset_map = SkimpyOffsetMap(24 * 100_000, native=native, secret=SECRET)
-        stats = Cleaner(offset_map=offset_map).clean(
-            CleanRequest(log, 0, log.active_segment.base_offset)
-        )
-        logs.append((log, offset_map, stats))
-    (native_log, native_map, native_stats), (python_log, python_map, python_stats) = logs
-    assert native_map.notes_positions and not python_map.notes_positions
-    assert _counters(native_stats) == _counters(python_stats)
-    assert _files(native_log.directory) == _files(python_log.directory)
-    assert (native_map.lookups, native_map.probes) == (python_map.lookups, python_map.probes)
-    # 2,000 records, 300 keys: most records were superseded, and the filter found them so.
-    assert 0 < native_stats.messages_written <= 300 < native_stats.messages_read
-    for log, _, _ in logs:
-        log.close()
-
-
-@given(data=st.binary(max_size=3000), junk=st.binary(max_size=8))
-def test_region_lz4_decompressor_gives_the_reference_bytes(data: bytes, junk: bytes) -> None:
-    """The region calls' lz4 decompressor (one library call per batch) returns what the
-    reference's stepped reads return, trailing bytes after the frame ignored by both, and
-    raises where the reference raises (the engine then leaves the batch to the reference)."""
-    frame = records_codecs.compress(Compression.LZ4, data)
-    decompress = offset_map_module.DECOMPRESSORS[int(Compression.LZ4)]
-    assert decompress is not None
-    for payload in (frame, frame + junk):
-        expected = records_codecs.decompress(Compression.LZ4, payload)
-        assert decompress(memoryview(payload)) == expected == data
-    with pytest.raises(CorruptRecordError):
-        records_codecs.decompress(Compression.LZ4, frame[:-5])
-    with pytest.raises(Exception):  # noqa: B017 - the library's own error types
-        decompress(memoryview(frame[:-5]))
-
-
-def test_region_lz4_decompressor_takes_the_reference_above_its_bound() -> None:
-    """A payload past the whole-call bound goes through the reference, whose stepped reads
-    stop a payload that would expand past its output bound."""
-    frame = records_codecs.compress(Compression.LZ4, b"x" * 5000)
-    with (
-        unittest.mock.patch.object(offset_map_module, "_LZ4_WHOLE_INPUT_BYTES_MAX", 10),
-        unittest.mock.patch.object(
-            records_codecs, "decompress", wraps=records_codecs.decompress
-        ) as reference,
-    ):
-        assert offset_map_module._decompress_lz4(memoryview(frame)) == b"x" * 5000
-    assert reference.call_count == 1
 
 
 def _keyed_log(directory: Path, codecs: list[Compression], *, roll: bool = True) -> Log:
