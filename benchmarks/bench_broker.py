@@ -235,17 +235,18 @@ def kcat_consume(
     pre-fetch queue holds ``queued.min.messages`` (100,000) values or
     ``queued.max.messages.kbytes`` (64 MiB), and fetches again only after a backoff: 2.0.2 at
     its broker thread's next serve cycle (one a second, ``rd_kafka_max_block_ms``), 2.16 after
-    ``fetch.queue.backoff.ms`` (1,000). kcat prints 100 B values at about 2M a second and its
-    fetcher brings them at 2.3-3.7M a second (1 MiB, about 9,000 values a fetch, each answered
-    in about 1 ms by either server), so each second the queue fills within 70-190 ms and the
-    fetcher is parked for the rest (``-d fetch``: "not fetchable: queued.min.messages
-    exceeded", then "is fetchable" 1.000 s after the cycle began). 128 MiB of 100 B values
-    take 3 or 4 such seconds against either server (43 or 33 MB/s), and the faster the
-    fetcher beside the printer, the fewer values a second brings (the queue fills sooner): in
-    8 alternating reads on a quiet machine (2026-11-25 05:29) the broker took 3 s six times,
-    the worker 4 s six times. With ``queued.min.messages`` at its maximum (10M) no read parks
-    and both read 170-235 MB/s (5 reads each). The idle figure shows the parks; the row
-    ``consume no park`` shows the servers without them.
+    ``fetch.queue.backoff.ms`` (1,000). With ``-d fetch`` (which slows kcat) it printed 100 B
+    values at 1.4-2.8M a second while its fetcher brought them at 2.3-3.7M a second (1 MiB,
+    about 9,000 values a fetch, each answered in about 1 ms by either server): each second the
+    queue filled within 70-190 ms and the fetcher was parked for the rest ("not fetchable:
+    queued.min.messages exceeded", then "is fetchable" 1.000 s after the cycle began). 128 MiB
+    of 100 B values take 3 or 4 such seconds against either server (43 or 33 MB/s), and the
+    faster the fetches beside the printing, the fewer values a second brings (the queue fills
+    sooner): in 8 alternating reads on a quiet machine (2026-11-25 05:29) the broker took 3 s
+    six times, the worker 4 s six times; with each of the worker's Fetch answers held 0.7 ms
+    (an experiment) the worker parked less than the broker. With ``queued.min.messages`` at
+    its maximum (10M) no read parks and both read 170-235 MB/s (5 reads each). The idle figure
+    shows the parks; the row ``consume no park`` shows the servers without them.
 
     **The start** is set apart because librdkafka 2.0.2 (Debian's kcat) sometimes sleeps its
     500 ms broker-thread wait before its first ListOffsets: when both answers to the two
