@@ -1,7 +1,7 @@
 """The worker beside Apache Kafka's broker: the same clients against both, in one run.
 
     .venv/bin/python benchmarks/bench_broker.py [--mib 64] [--rounds 1] [--only worker|broker]
-        [--librdkafka system|confluent]
+        [--librdkafka system|confluent] [--clients java kcat-100 kcat-1k]
 
 Starts the real broker (KRaft, single node, :class:`tests.kafka_support.broker.KafkaBroker`,
 Kafka 4.3.1 from ``tests/kafka_support/pom.xml``, with the JVM options of Kafka's own
@@ -9,7 +9,8 @@ Kafka 4.3.1 from ``tests/kafka_support/pom.xml``, with the JVM options of Kafka'
 options, which stop the JIT at C1) and ``logkeeper serve`` on loopback, each over
 its own temporary directory, each with the same topics (one partition, no retention, 1 GiB
 segments). Then, for each client below, the broker and the worker in turn (alternating, so
-that the machine's other load falls on both alike):
+that the machine's other load falls on both alike; the broker first in odd rounds, the worker
+first in even ones, so that neither always runs right after the other's turn):
 
 * ``java 1KiB``: Kafka's Java producer with its default settings (acks=all, 16 KiB batches,
   linger.ms 5, no compression) through Kafka's own ``ProducerPerformance``
@@ -23,10 +24,15 @@ that the machine's other load falls on both alike):
   reads them back to the end: MB/s of values over the kcat process's wall time
   (``consume``) and from its first output to its end (``consume stream``; see
   :func:`kcat_consume` for the client's start, which the worker can make slower by being fast).
+  For 100 B values also ``consume no park``: the same read with librdkafka's
+  ``queued.min.messages`` at its maximum, so that its pre-fetch queue never parks the fetcher
+  (see :func:`kcat_consume`: with the defaults, 100 B values are read in whole seconds).
 
 Printed: MB/s of values (10^6 bytes) per client and target, and worker / broker: issue 18's
-target is >= 0.80 for each; then the start figures (the Java consumer's group join, kcat's
-time to its first value) in ms. The machine is shared (2 cores, other engineers' tests):
+target is >= 0.80 for each; then the start and idle figures in ms (the Java consumer's group
+join, kcat's time to its first value, and the time kcat's output stood still with the default
+queue: the parks). ``--clients`` runs some rows only (``kcat-100`` alone reproduces the 100 B
+consume row in a few seconds). The machine is shared (2 cores, other engineers' tests):
 figures are noisy, and only the ratios of one run mean anything; ``--rounds`` repeats and
 prints each, then (with more than one round) the summary: per client the median MB/s of each
 target with its spread (lowest-highest round), and the median of the rounds' worker / broker
@@ -60,6 +66,14 @@ JAVA_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC")
 TOPICS = ("java-1k", "kcat-100", "kcat-1k")
 TOPIC_CONFIG = {"retention.ms": "-1", "segment.bytes": str(1 << 30)}
 SETTINGS = "retentionCheckIntervalMs: 600000\ncleaner: {threads: 1}\n"
+#: The rows ``--clients`` chooses from.
+CLIENTS = ("java", "kcat-100", "kcat-1k")
+#: librdkafka's settings for the ``consume no park`` row: ``queued.min.messages`` at its
+#: maximum, so that its pre-fetch queue never parks the fetcher (see :func:`kcat_consume`).
+NO_PARK = ("queued.min.messages=10000000",)
+#: A pause of kcat's output at least this long counts as idle (it prints a value every
+#: microsecond or so while it has any).
+IDLE_GAP_S = 0.1
 
 
 def start_worker(root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -205,13 +219,37 @@ def kcat_produce(
 
 
 def kcat_consume(
-    address: str, topic: str, count: int, megabytes: float, env: dict[str, str]
-) -> tuple[float, float, float]:
-    """kcat reading ``count`` values: MB/s of values over the process's whole run, MB/s from
-    its first output to its end (the stream, without the client's start), and the ms to its
-    first output.
+    address: str,
+    topic: str,
+    count: int,
+    megabytes: float,
+    env: dict[str, str],
+    *,
+    settings: tuple[str, ...] = (),
+) -> tuple[float, float, float, float]:
+    """kcat reading ``count`` values (with the librdkafka ``settings``, ``-X key=value``): MB/s
+    of values over the process's whole run, MB/s from its first output to its end (the stream,
+    without the client's start), the ms to its first output, and the ms its output stood still
+    (the gaps of at least :data:`IDLE_GAP_S` between two reads of its output).
 
-    The start is set apart because librdkafka 2.0.2 (Debian's kcat) sometimes sleeps its
+    **Whole seconds.** With its defaults, librdkafka stops fetching a partition once its
+    pre-fetch queue holds ``queued.min.messages`` (100,000) values or
+    ``queued.max.messages.kbytes`` (64 MiB), and fetches again only after a backoff: 2.0.2 at
+    its broker thread's next serve cycle (one a second, ``rd_kafka_max_block_ms``), 2.16 after
+    ``fetch.queue.backoff.ms`` (1,000). With ``-d fetch`` (which slows kcat) it printed 100 B
+    values at 1.4-2.8M a second while its fetcher brought them at 2.3-3.7M a second (1 MiB,
+    about 9,000 values a fetch, each answered in about 1 ms by either server): each second the
+    queue filled within 70-190 ms and the fetcher was parked for the rest ("not fetchable:
+    queued.min.messages exceeded", then "is fetchable" 1.000 s after the cycle began). 128 MiB
+    of 100 B values take 3 or 4 such seconds against either server (43 or 33 MB/s), and the
+    faster the fetches beside the printing, the fewer values a second brings (the queue fills
+    sooner): in 8 alternating reads on a quiet machine (2026-11-25 05:29) the broker took 3 s
+    six times, the worker 4 s six times; with each of the worker's Fetch answers held 0.7 ms
+    (an experiment) the worker parked less than the broker. With ``queued.min.messages`` at
+    its maximum (10M) no read parks and both read 170-235 MB/s (5 reads each). The idle figure
+    shows the parks; the row ``consume no park`` shows the servers without them.
+
+    **The start** is set apart because librdkafka 2.0.2 (Debian's kcat) sometimes sleeps its
     500 ms broker-thread wait before its first ListOffsets: when both answers to the two
     Metadata requests it sends at start have arrived before the partition joins its broker
     thread (seen with ``-d protocol,fetch,broker``: a 501 ms gap between "Broker changed state
@@ -223,13 +261,19 @@ def kcat_consume(
     of 60 against the broker took over 300 ms. Both figures are printed."""
     command = ["kcat", "-C", "-b", address, "-t", topic, "-p", "0", "-o", "beginning"]
     command += ["-c", str(count), "-e", "-q", "-f", "%s\n"]
+    command += [arg for setting in settings for arg in ("-X", setting)]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env)
     assert process.stdout is not None
     chunks = [process.stdout.read1(1 << 20)]
-    first = time.perf_counter()
+    first = last = time.perf_counter()
+    idle = 0.0
     while chunk := process.stdout.read1(1 << 20):
         chunks.append(chunk)
+        now = time.perf_counter()
+        if now - last >= IDLE_GAP_S:
+            idle += now - last
+        last = now
     ended = time.perf_counter()
     assert process.wait(900) == 0, f"kcat -C failed on {topic} at {address}"
     # -e: stop at the partition's end, so that a short topic fails here instead of hanging.
@@ -237,7 +281,12 @@ def kcat_consume(
     got = output.count(b"\n")
     assert got == count, f"kcat read {got} of {count} records of {topic} from {address}"
     streamed = megabytes * (len(output) - len(chunks[0])) / len(output)
-    return megabytes / (ended - started), streamed / (ended - first), (first - started) * 1e3
+    return (
+        megabytes / (ended - started),
+        streamed / (ended - first),
+        (first - started) * 1e3,
+        idle * 1e3,
+    )
 
 
 def note(text: str) -> None:
@@ -253,22 +302,17 @@ def one_round(
     round_: int,
     *,
     kcat_env: dict[str, str],
+    clients: tuple[str, ...] = CLIENTS,
 ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
-    """MB/s per (measure, target name), and ms per (start measure, target name)."""
+    """MB/s per (measure, target name), and ms per (start or idle measure, target name), for
+    the rows of ``clients`` (names of :data:`CLIENTS`)."""
     figures: dict[tuple[str, str], float] = {}
     starts: dict[tuple[str, str], float] = {}
-    count = mib * (1 << 20) // 1024
-    topic = f"{TOPICS[0]}"
-    for name, address in targets.items():
-        note(f"java produce -> {name}")
-        figures["java 1KiB produce", name] = java_produce(jars, address, topic, count, 1024)
-    for name, address in targets.items():
-        note(f"java consume <- {name}")
-        whole, fetching, join_ms = java_consume(jars, address, topic, count, f"bench-{round_}")
-        figures["java 1KiB consume", name] = whole
-        figures["java 1KiB consume fetch", name] = fetching
-        starts["java 1KiB consume group join", name] = join_ms
+    if "java" in clients:
+        java_round(jars, targets, mib, round_, figures=figures, starts=starts)
     for size, topic in ((100, TOPICS[1]), (1024, TOPICS[2])):
+        if f"kcat-{'1k' if size == 1024 else size}" not in clients:
+            continue
         count = mib * (1 << 20) // size
         megabytes = count * size / 1e6
         values = kcat_values(root, count, size)
@@ -280,12 +324,45 @@ def one_round(
         for name, address in targets.items():
             # Round n reads the records of rounds 1..n: only this round's count is timed.
             note(f"kcat {size}B consume <- {name}")
-            whole, streamed, first_ms = kcat_consume(address, topic, count, megabytes, kcat_env)
+            whole, streamed, first_ms, idle_ms = kcat_consume(
+                address, topic, count, megabytes, kcat_env
+            )
             figures[f"kcat {size}B consume", name] = whole
             figures[f"kcat {size}B consume stream", name] = streamed
             starts[f"kcat {size}B consume first value", name] = first_ms
+            starts[f"kcat {size}B consume idle", name] = idle_ms
+        if size == 100:
+            for name, address in targets.items():
+                note(f"kcat {size}B consume (no park) <- {name}")
+                whole, *_ = kcat_consume(
+                    address, topic, count, megabytes, kcat_env, settings=NO_PARK
+                )
+                figures[f"kcat {size}B consume no park", name] = whole
         values.unlink()
     return figures, starts
+
+
+def java_round(
+    jars: str,
+    targets: dict[str, str],
+    mib: int,
+    round_: int,
+    *,
+    figures: dict[tuple[str, str], float],
+    starts: dict[tuple[str, str], float],
+) -> None:
+    """The Java client's rows of a round, into ``figures`` and ``starts``."""
+    count = mib * (1 << 20) // 1024
+    topic = TOPICS[0]
+    for name, address in targets.items():
+        note(f"java produce -> {name}")
+        figures["java 1KiB produce", name] = java_produce(jars, address, topic, count, 1024)
+    for name, address in targets.items():
+        note(f"java consume <- {name}")
+        whole, fetching, join_ms = java_consume(jars, address, topic, count, f"bench-{round_}")
+        figures["java 1KiB consume", name] = whole
+        figures["java 1KiB consume fetch", name] = fetching
+        starts["java 1KiB consume group join", name] = join_ms
 
 
 def print_round(
@@ -305,7 +382,7 @@ def print_round(
             line += f"  worker/broker {worker_mb / broker_mb:5.2f}"
             line += "" if worker_mb / broker_mb >= 0.8 else "  (below 0.80)"
         print(line, flush=True)
-    print("  start, ms:")
+    print("  start and idle, ms:")
     for measure in dict.fromkeys(m for m, _ in starts):
         line = f"  {measure:<34}"
         for name in names:
@@ -350,6 +427,13 @@ def main() -> None:
     )
     parser.add_argument("--only", choices=("worker", "broker"), help="one target (profiling)")
     parser.add_argument(
+        "--clients",
+        nargs="+",
+        choices=CLIENTS,
+        default=list(CLIENTS),
+        help="the rows to run (default: all)",
+    )
+    parser.add_argument(
         "--librdkafka",
         choices=("system", "confluent"),
         default="system",
@@ -378,9 +462,14 @@ def main() -> None:
                 print(f"worker pid {worker.pid} on {targets['worker']}", flush=True)
             counted: list[dict[tuple[str, str], float]] = []
             for round_ in range(1, args.warmup + args.rounds + 1):
+                # Odd rounds serve the broker first, even rounds the worker: what one target
+                # leaves running after its turn (the broker's JVM used 10-20 ms of CPU per
+                # 250 ms in the 3 s after a kcat read, the worker 0-20 ms) falls on both.
+                order = dict(reversed(targets.items())) if round_ % 2 == 0 else targets
                 figures, starts = one_round(
-                    jars, targets, root, args.mib, round_, kcat_env=kcat_env
-                )
+                    jars, order, root, args.mib, round_, kcat_env=kcat_env,
+                    clients=tuple(args.clients),
+                )  # fmt: skip
                 warmup = round_ <= args.warmup
                 label = f"{'warm-up ' if warmup else ''}round {round_}"
                 print_round(f"{label} ({args.mib} MiB of values per client)", figures, starts,

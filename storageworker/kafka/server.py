@@ -251,6 +251,7 @@ class KafkaServer:
             return
         counters.connections += 1
         counters.open_connections += 1
+        set_send_buffer(writer.get_extra_info("socket"), settings.socket_send_buffer_bytes)
         session = _Session(peer, authenticated=settings.sasl_users is None)
         request_timeout_s = settings.request_timeout_ms / 1000
         idle_timeout_s = settings.idle_timeout_ms / 1000
@@ -501,6 +502,13 @@ class _Session:
     authenticated: bool
     authenticator: Authenticator | None = None
     close_after: bool = False
+
+
+def set_send_buffer(sock: Any, size_bytes: int) -> None:
+    """Kafka's ``socket.send.buffer.bytes`` on an accepted connection (its Acceptor sets it
+    the same way); -1 leaves the kernel's size."""
+    if size_bytes != -1:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size_bytes)
 
 
 def _records_bytes(data: dict[str, Any]) -> int:

@@ -152,26 +152,56 @@ def test_bench_broker_tiny(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    for measure in (
+    measures = (
         "java 1KiB produce",
         "java 1KiB consume",
         "java 1KiB consume fetch",
         "kcat 100B consume",
         "kcat 100B consume stream",
-    ):
+        "kcat 100B consume no park",
+    )
+    for measure in measures:
         assert f"  {measure:<26} broker" in result.stdout, result.stdout
-    assert result.stdout.count("worker/broker") == 2 * 9 + 9, result.stdout
+    # Per round: java 3, kcat 100 B 4 (produce, consume, stream, no park), kcat 1 KiB 3.
+    assert result.stdout.count("worker/broker") == 2 * 10 + 10, result.stdout
     summary = result.stdout.split("median of 2 rounds (lowest-highest), MB/s:\n", 1)[1]
-    for line in summary.splitlines()[:9]:
+    for line in summary.splitlines()[:10]:
         # "  <measure> broker <median> (<low>-<high>) worker ... worker/broker <median> (...)"
         assert re.fullmatch(
             r"  .{26} broker +[\d.]+ \([\d.]+-[\d.]+\) worker +[\d.]+ \([\d.]+-[\d.]+\)"
             r"  worker/broker [\d.]+ \([\d.]+-[\d.]+\)(  \(median below 0.80\))?",
             line,
         ), line
-    assert re.search(r"^  \d median ratios below 0.80$", summary, re.MULTILINE), summary
-    for start in ("java 1KiB consume group join", "kcat 1024B consume first value"):
-        assert f"  {start:<34} broker" in result.stdout, result.stdout
+    assert re.search(r"^  \d+ median ratios below 0.80$", summary, re.MULTILINE), summary
+    for start in (
+        "java 1KiB consume group join",
+        "kcat 1024B consume first value",
+        "kcat 100B consume idle",
+    ):
+        assert re.search(rf"^  {start:<34} broker +\d+ worker +\d+$", result.stdout, re.M), (
+            result.stdout
+        )
+    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
+
+
+@pytest.mark.skipif(not HAVE_JAVA or shutil.which("kcat") is None, reason="needs Java and kcat")
+def test_bench_broker_clients(tmp_path: Path) -> None:
+    """``--clients kcat-100`` runs the 100 B rows alone (how the kcat consume row is
+    reproduced): no Java nor 1 KiB row is printed."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_broker.py"), "--mib", "1",
+         "--clients", "kcat-100"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "BENCH_DIR": str(tmp_path)},
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split()[:3] for line in result.stdout.splitlines() if "worker/broker" in line]
+    assert len(rows) == 4, result.stdout
+    assert all(row[:2] == ["kcat", "100B"] for row in rows), result.stdout
+    assert "java" not in result.stdout and "1024B" not in result.stdout, result.stdout
     assert not list(tmp_path.iterdir()), "the benchmark left files behind"
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
+import shutil
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -289,3 +292,20 @@ def test_a_produce_wakes_a_waiting_fetch(served: Served) -> None:
     partition = response["responses"][0]["partitions"][0]
     assert partition["error_code"] == 0 and partition["high_watermark"] == 1, partition
     assert partition["records"], "the fetch answered without the produced records"
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the socket")
+def test_client_connections_have_kafkas_send_buffer(served: Served) -> None:
+    """Each accepted connection gets Kafka's ``socket.send.buffer.bytes`` (100 KiB) instead of
+    the kernel's autotuned buffer (listener_settings.py: less CPU per 1 MiB Fetch answer).
+    Linux doubles a requested SO_SNDBUF; ``ss -tm`` shows it as ``tb``."""
+    port = int(served.kafka_address.rsplit(":", 1)[1])
+    with RawClient(served.kafka_address) as client:
+        client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        shown = subprocess.run(
+            ["ss", "-tmnH", "state", "established", f"( sport = :{port} )"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    assert re.findall(r"\btb(\d+)", shown) == [str(2 * 102_400)], shown
