@@ -24,23 +24,32 @@ HAVE_JAVA = all(shutil.which(tool) for tool in ("mvn", "javac", "java"))
 HAVE_VALGRIND = shutil.which("valgrind") is not None
 
 
-def run_benchmark(script: str, *args: str, tmp_path: Path) -> str:
-    flags = [*args]
-    if not HAVE_JAVA:
-        flags.append("--no-kafka")
-    if not HAVE_VALGRIND:
-        flags.append("--no-callgrind")
+def run_script(
+    script: str, *args: str, tmp_path: Path, dir_variable: str = "BENCH_DIR", timeout: int = 600
+) -> str:
+    """stdout of ``benchmarks/<script> <args>`` run with its scratch files under ``tmp_path``
+    (through ``dir_variable``), which must exit 0 and leave no file behind."""
     result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *flags],
+        [sys.executable, str(BENCHMARKS / script), *args],
         capture_output=True,
         text=True,
-        timeout=600,  # the first run resolves Kafka's jars with Maven
-        env={**os.environ, "BENCH_DIR": str(tmp_path)},
+        timeout=timeout,  # the first run resolves Kafka's jars with Maven
+        env={**os.environ, dir_variable: str(tmp_path)},
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert not list(tmp_path.iterdir()), "the benchmark left files behind"
     return result.stdout
+
+
+def run_benchmark(script: str, *args: str, tmp_path: Path) -> str:
+    """:func:`run_script` without the anchors this machine lacks (Java, valgrind)."""
+    flags = [*args]
+    if not HAVE_JAVA:
+        flags.append("--no-kafka")
+    if not HAVE_VALGRIND:
+        flags.append("--no-callgrind")
+    return run_script(script, *flags, tmp_path=tmp_path)
 
 
 def test_bench_cleaner_tiny(tmp_path: Path) -> None:
@@ -108,18 +117,12 @@ def test_bench_log_tiny(tmp_path: Path) -> None:
 def test_bench_pipeline_tiny(tmp_path: Path) -> None:
     """The read comparison only (``compact`` at scale is the benchmark's, not CI's): a JVM of its
     own, 4,000 records, one timed round."""
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_pipeline.py"),
-         "--records", "4000", "--partitions", "2", "--keys", "300", "--runs", "1", "--no-compact"],
-        capture_output=True,
-        text=True,
+    out = run_script(
+        "bench_pipeline.py",
+        "--records", "4000", "--partitions", "2", "--keys", "300", "--runs", "1", "--no-compact",
+        tmp_path=tmp_path,
         timeout=300,
-        env={**os.environ, "BENCH_DIR": str(tmp_path)},
-        check=False,
     )  # fmt: skip
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
-    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
     for line in ("read logkeeper:", "read arrow ceiling:", "read parquet:", "key-only:"):
         assert line in out, out
     assert "ratio read logkeeper / arrow ceiling:" in out, out
@@ -143,15 +146,7 @@ def test_bench_codec_tiny(tmp_path: Path) -> None:
 def test_bench_broker_tiny(tmp_path: Path) -> None:
     """The broker and the worker both serve every client of the comparison, and both stop;
     the summary gives each client's median of the rounds with its spread."""
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_broker.py"), "--mib", "1", "--rounds", "2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "BENCH_DIR": str(tmp_path)},
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    out = run_script("bench_broker.py", "--mib", "1", "--rounds", "2", tmp_path=tmp_path)
     measures = (
         "java 1KiB produce",
         "java 1KiB consume",
@@ -161,10 +156,10 @@ def test_bench_broker_tiny(tmp_path: Path) -> None:
         "kcat 100B consume no park",
     )
     for measure in measures:
-        assert f"  {measure:<26} broker" in result.stdout, result.stdout
+        assert f"  {measure:<26} broker" in out, out
     # Per round: java 3, kcat 100 B 4 (produce, consume, stream, no park), kcat 1 KiB 3.
-    assert result.stdout.count("worker/broker") == 2 * 10 + 10, result.stdout
-    summary = result.stdout.split("median of 2 rounds (lowest-highest), MB/s:\n", 1)[1]
+    assert out.count("worker/broker") == 2 * 10 + 10, out
+    summary = out.split("median of 2 rounds (lowest-highest), MB/s:\n", 1)[1]
     for line in summary.splitlines()[:10]:
         # "  <measure> broker <median> (<low>-<high>) worker ... worker/broker <median> (...)"
         assert re.fullmatch(
@@ -178,50 +173,31 @@ def test_bench_broker_tiny(tmp_path: Path) -> None:
         "kcat 1024B consume first value",
         "kcat 100B consume idle",
     ):
-        assert re.search(rf"^  {start:<34} broker +\d+ worker +\d+$", result.stdout, re.M), (
-            result.stdout
-        )
-    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
+        assert re.search(rf"^  {start:<34} broker +\d+ worker +\d+$", out, re.M), out
 
 
 @pytest.mark.skipif(not HAVE_JAVA or shutil.which("kcat") is None, reason="needs Java and kcat")
 def test_bench_broker_clients(tmp_path: Path) -> None:
     """``--clients kcat-100`` runs the 100 B rows alone (how the kcat consume row is
     reproduced): no Java nor 1 KiB row is printed."""
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_broker.py"), "--mib", "1",
-         "--clients", "kcat-100"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "BENCH_DIR": str(tmp_path)},
-        check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
-    rows = [line.split()[:3] for line in result.stdout.splitlines() if "worker/broker" in line]
-    assert len(rows) == 4, result.stdout
-    assert all(row[:2] == ["kcat", "100B"] for row in rows), result.stdout
-    assert "java" not in result.stdout and "1024B" not in result.stdout, result.stdout
-    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
+    out = run_script("bench_broker.py", "--mib", "1", "--clients", "kcat-100", tmp_path=tmp_path)
+    rows = [line.split()[:3] for line in out.splitlines() if "worker/broker" in line]
+    assert len(rows) == 4, out
+    assert all(row[:2] == ["kcat", "100B"] for row in rows), out
+    assert "java" not in out and "1024B" not in out, out
 
 
 def test_bench_roll_tiny(tmp_path: Path) -> None:
     """Both modes roll, and the scheduled one leaves no flush behind (its log closes)."""
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_roll.py"), "--mib", "8", "--segment-mib", "2",
-         "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        check=False,
+    out = run_script(
+        "bench_roll.py", "--mib", "8", "--segment-mib", "2", "--rounds", "1",
+        tmp_path=tmp_path,
+        dir_variable="TMPDIR",
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout + result.stderr
     for mode in ("at the roll", "scheduled"):
-        line = next(line for line in result.stdout.splitlines() if line.startswith(f"  {mode}"))
-        assert " 0 rolls" not in line, result.stdout
-    assert "largest append latency, at the roll / scheduled" in result.stdout, result.stdout
-    assert not list(tmp_path.iterdir()), "the benchmark left files behind"
+        line = next(line for line in out.splitlines() if line.startswith(f"  {mode}"))
+        assert " 0 rolls" not in line, out
+    assert "largest append latency, at the roll / scheduled" in out, out
 
 
 def test_bench_scale_small(tmp_path: Path) -> None:
