@@ -47,8 +47,9 @@ from storagecore.errors import (
 )
 from storagecore.file_cache import is_resource_exhausted
 from storagecore.index import TimestampOffset
+from storagecore.log_info import FetchData
 from storagecore.native_append import NativeAppend
-from storagecore.segment import FetchData, LogSegment
+from storagecore.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 

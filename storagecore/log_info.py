@@ -1,10 +1,11 @@
-"""What a Log's append and read return (Kafka's LogAppendInfo and FetchDataInfo), and the
-special timestamps of ListOffsets. Plain values: no I/O, no locks; :mod:`storagecore.log`
-re-exports them.
+"""What a Log's append and read return (Kafka's LogAppendInfo and FetchDataInfo, and FetchData,
+a segment's read), and the special timestamps of ListOffsets. Plain values: no I/O, no locks;
+:mod:`storagecore.log` re-exports them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from storagecore.records.file_records import FileRegion
@@ -13,6 +14,21 @@ from storagecore.records.file_records import FileRegion
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchData:
+    """A raw byte range of a ``.log``: whole batches from ``position``, the last possibly cut."""
+
+    fetch_offset: int
+    segment_base_offset: int
+    position: int
+    records: bytes
+    first_entry_incomplete: bool = False
+    #: Offset after the last complete batch in ``records`` (where the next fetch starts).
+    next_offset: int = -1
+    #: The same bytes as a zero-copy region instead (``records`` is then empty).
+    region: FileRegion | None = None
 
 
 class LogAppendInfo(NamedTuple):

@@ -9,7 +9,6 @@ Callers hold the owning Log's lock; a segment is not thread-safe by itself.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -21,8 +20,9 @@ from storagecore import files
 from storagecore.errors import SegmentOffsetOverflowError
 from storagecore.file_cache import CachedFile, FileCache
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
+from storagecore.log_info import FetchData
 from storagecore.records.batch import RecordBatch
-from storagecore.records.file_records import BatchHeader, FileRecords, FileRegion
+from storagecore.records.file_records import BatchHeader, FileRecords, next_offset_within
 from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
 from storagecore.segment_files import SegmentFiles, UnopenedFiles
 
@@ -34,21 +34,6 @@ _VERIFY_LOCK = threading.RLock()
 
 #: Single-header reads tried before a chunked header walk when translating an offset.
 _SHORT_WALK_BATCHES = 4
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FetchData:
-    """A raw byte range of a ``.log``: whole batches from ``position``, the last possibly cut."""
-
-    fetch_offset: int
-    segment_base_offset: int
-    position: int
-    records: bytes
-    first_entry_incomplete: bool = False
-    #: Offset after the last complete batch in ``records`` (where the next fetch starts).
-    next_offset: int = -1
-    #: The same bytes as a zero-copy region instead (``records`` is then empty).
-    region: FileRegion | None = None
 
 
 class AppendedChunk(NamedTuple):
@@ -457,20 +442,22 @@ class LogSegment(SegmentFiles):
         if not min_one_message and header.size_bytes > max_size:
             return FetchData(start_offset, self.base_offset, position, b"", True, start_offset)
         fetch_size = min(max_position - position, adjusted_max)
-        next_offset = self._next_offset_before(header, position + fetch_size)
         if region_min_bytes is not None and fetch_size >= max(region_min_bytes, 1):
+            next_offset = self._next_offset_before(header, position + fetch_size)
             region = self.log.region(position, fetch_size)
             return FetchData(
                 start_offset, self.base_offset, position, b"", False, next_offset, region
             )
-        return FetchData(
-            start_offset,
-            self.base_offset,
-            position,
-            self.log.read(position, fetch_size),
-            False,
-            next_offset,
-        )
+        data = self.log.read(position, fetch_size)
+        end = position + len(data)
+        if end >= self.log.size_bytes:
+            next_offset = self.next_offset()
+        else:  # the last complete batch's end, from the headers in the bytes read
+            walk_from = self._walk_start(header, end)
+            next_offset = next_offset_within(data, position, walk_from, header.base_offset)
+            if next_offset < 0:  # legacy entries: the file's walk
+                next_offset = self._next_offset_before(header, end)
+        return FetchData(start_offset, self.base_offset, position, data, False, next_offset)
 
     def _next_offset_before(self, first: BatchHeader, end: int) -> int:
         """Offset after the last batch that ends at or before position ``end``.
@@ -482,9 +469,7 @@ class LogSegment(SegmentFiles):
         """
         if end >= self.log.size_bytes:
             return self.next_offset()
-        position = max(
-            self.offset_index.lookup_position(end, entries_back=1).position, first.position
-        )
+        position = self._walk_start(first, end)
         next_offset = first.base_offset  # nothing complete: the fetch is one cut batch
         while True:
             header = self.log.header_at(position)
@@ -492,6 +477,11 @@ class LogSegment(SegmentFiles):
                 return next_offset
             next_offset = header.next_offset
             position += header.size_bytes
+
+    def _walk_start(self, first: BatchHeader, end: int) -> int:
+        """Where the walk for the last batch ending by ``end`` starts: one index entry before
+        the last entry at or below ``end``, not before the whole batch ``first``."""
+        return max(self.offset_index.lookup_position(end, entries_back=1).position, first.position)
 
     def producer_batches(self, from_offset: int) -> Iterator[RecordBatch]:
         """Batches with a producer id from the one holding ``from_offset``: header-only

@@ -33,6 +33,27 @@ _POSITION: Final = struct.Struct("=q")
 _INT64: Final = struct.Struct(">q")
 
 
+def next_offset_within(data: bytes, data_position: int, walk_from: int, next_offset: int) -> int:
+    """The offset after the last v2 batch that ends within ``data`` (the file's bytes from
+    ``data_position``), walking the headers in memory from file position ``walk_from`` (a batch
+    start inside ``data``); ``next_offset`` when none is complete. -1 when the walk meets a
+    legacy (v0/v1) entry: the caller walks the file instead. The same framing rules as
+    :meth:`FileRecords.header_at`, without a read per header."""
+    end = len(data)
+    at = walk_from - data_position
+    while end - at >= layout.RECORD_BATCH_OVERHEAD:
+        if data[at + layout.MAGIC_OFFSET] in _LEGACY_MAGICS:
+            return -1
+        base_offset, length = layout.LOG_HEADER_PREFIX.unpack_from(data, at)
+        size = length + layout.LOG_OVERHEAD
+        if size < layout.RECORD_BATCH_OVERHEAD or at + size > end:
+            break
+        (last_delta,) = _LENGTH.unpack_from(data, at + layout.LAST_OFFSET_DELTA_OFFSET)
+        next_offset = base_offset + last_delta + 1
+        at += size
+    return next_offset
+
+
 class BatchHeader(NamedTuple):
     """Where a batch sits in a file and the header fields the log layer needs."""
 

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from storagecore import NewRecord, RecordBatch, build_batch
 from storagecore.errors import SegmentOffsetOverflowError
@@ -289,3 +291,40 @@ def test_close_writes_final_time_entry_and_trims(tmp_path: Path) -> None:
     assert (tmp_path / "00000000000000000040.timeindex").stat().st_size == 12
     reopened = make(tmp_path)
     assert reopened.time_index.last_entry == (700, BASE + 1)
+
+
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    start=st.integers(0, 200),
+    max_size=st.integers(0, 2_000),
+    index_interval_bytes=st.sampled_from([1, 100, 4096]),
+)
+@settings(max_examples=150, deadline=None)
+def test_read_next_offset_from_the_bytes_read_matches_the_file_walk(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    start: int,
+    max_size: int,
+    index_interval_bytes: int,
+) -> None:
+    """A bytes read finds the offset after its last complete batch in the bytes it read (no
+    header reads); it is the offset the file's own header walk gives, and within the data."""
+    segment = make(tmp_path_factory.mktemp("seg"), index_interval_bytes=index_interval_bytes)
+    offset = BASE
+    for count in sizes:
+        append(segment, offset, *(b"v%03d" % i * (1 + i % 7) for i in range(count)))
+        offset += count
+    start_offset = BASE + start % (offset - BASE)
+    data = segment.read(start_offset, max_size, min_one_message=start % 2 == 0)
+    assert data is not None
+    header = segment.translate_offset(start_offset)
+    assert header is not None
+    if not data.records:  # nothing to walk: a zero limit, or a first batch above it
+        assert data.next_offset == start_offset
+        segment.close()
+        return
+    end = data.position + len(data.records)
+    assert data.next_offset == segment._next_offset_before(header, end)
+    complete = offsets(data.records)
+    assert data.next_offset == (complete[-1] + 1 if complete else header.base_offset)
+    segment.close()
