@@ -65,43 +65,10 @@ _NO_POSITIONS: Final = memoryview(bytearray())
 assert ENTRY_BYTES == 24
 
 Codec = Callable[[memoryview], bytes]
-
-#: The largest lz4 payload :func:`_decompress_lz4` hands to ``lz4.frame.decompress`` whole: an
-#: lz4 sequence expands at most 255-fold, so the output stays under the reference's bound on
-#: one batch's records (codecs.DEFAULT_MAX_OUTPUT_BYTES) without its stepped reads.
-_LZ4_WHOLE_INPUT_BYTES_MAX: Final = codecs.DEFAULT_MAX_OUTPUT_BYTES // 256
-
-
-@functools.cache
-def _lz4_frame_decompress() -> Callable[[memoryview], bytes]:
-    """``lz4.frame.decompress``, imported on first use (an uncompressed clean never does)."""
-    import lz4.frame  # noqa: PLC0415
-
-    function: Callable[[memoryview], bytes] = lz4.frame.decompress
-    return function
-
-
-def _decompress_lz4(payload: memoryview) -> bytes:
-    """The region calls' lz4 decompressor: one library call for a payload of at most
-    :data:`_LZ4_WHOLE_INPUT_BYTES_MAX` bytes (a twentieth of the reference's cost per batch, whose
-    stepped reads guard against a payload that would expand past its bound), the reference
-    beyond. Same bytes as the reference for every frame it accepts (the first frame, trailing
-    bytes ignored); what it rejects raises here too, and the engine then leaves the batch to
-    the per-batch path, which raises the reference's error."""
-    if len(payload) > _LZ4_WHOLE_INPUT_BYTES_MAX:
-        return codecs.decompress(Compression.LZ4, payload)
-    return _lz4_frame_decompress()(payload)
-
-
-#: The region calls' codecs by codec id (0, none, unused): the reference's own functions (lz4's
-#: decompression by :func:`_decompress_lz4`, the same bytes), so a batch the engine rebuilds is
-#: compressed to the same bytes as one the reference rebuilds.
+#: The region calls' codecs by codec id (0, none, unused): the reference's own functions, so a
+#: batch the engine rebuilds is compressed to the same bytes as one the reference rebuilds.
 DECOMPRESSORS: Final[tuple[Codec | None, ...]] = tuple(
-    None
-    if codec is Compression.NONE
-    else _decompress_lz4
-    if codec is Compression.LZ4
-    else functools.partial(codecs.decompress, codec)
+    None if codec is Compression.NONE else functools.partial(codecs.decompress, codec)
     for codec in sorted(Compression, key=int)
 )
 COMPRESSORS: Final[tuple[Codec | None, ...]] = tuple(

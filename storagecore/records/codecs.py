@@ -147,7 +147,7 @@ def decompress(
         elif codec is Compression.SNAPPY:
             out = _unsnappy(bytes(data), max_output_bytes)
         elif codec is Compression.LZ4:
-            out = _unlz4(bytes(data), max_output_bytes)
+            out = _unlz4(data, max_output_bytes)
         elif codec is Compression.ZSTD:
             out = _unzstd(bytes(data), max_output_bytes)
         else:
@@ -206,7 +206,23 @@ def _unsnappy(data: bytes, max_output_bytes: int) -> bytes:
     return b"".join(parts)
 
 
-def _unlz4(data: bytes, max_output_bytes: int) -> bytes:
+#: An lz4 sequence expands at most 255-fold: a payload of at most a 256th of the output bound
+#: cannot pass it, so it is decompressed by one library call (about 1 us for a 1.4 KB batch,
+#: against about 17 us for the stepped reads below, which guard larger payloads).
+_LZ4_WHOLE_CALL_RATIO: Final = 256
+
+
+def _unlz4(data: bytes | memoryview, max_output_bytes: int) -> bytes:
+    if len(data) * _LZ4_WHOLE_CALL_RATIO <= max_output_bytes:
+        try:
+            out: bytes = _lz4_frame().decompress(data)  # the first frame; trailing bytes ignored
+            return out
+        except RuntimeError:
+            pass  # a damaged frame: the stepped reads below say what is wrong with it
+    return _unlz4_stepped(bytes(data), max_output_bytes)
+
+
+def _unlz4_stepped(data: bytes, max_output_bytes: int) -> bytes:
     # Ask for output in growing steps: LZ4FrameDecompressor preallocates max_length, so asking
     # for the whole bound at once costs more than the decompression itself.
     decompressor = _lz4_frame().LZ4FrameDecompressor()

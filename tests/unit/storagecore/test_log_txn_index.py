@@ -25,7 +25,7 @@ from tests.unit.storagecore.test_cleaner import (
     run_round,
     txn_append,
 )
-from tests.unit.storagecore.test_read_committed import SMALL
+from tests.unit.storagecore.test_read_committed import SMALL, abort_across_segments
 
 
 def index_files(log: Log) -> dict[int, list[AbortedTxn]]:
@@ -77,11 +77,7 @@ def test_no_file_without_an_aborted_transaction(tmp_path: Path, clock: ManualClo
 
 def test_the_marker_segment_holds_the_entry(tmp_path: Path, clock: ManualClock) -> None:
     log = open_log(tmp_path, clock, SMALL)
-    first = txn_append(log, [b"a0"], pid=5)
-    for i in range(1, 8):
-        put(log, b"k%d" % i, b"x" * 40)
-        txn_append(log, [b"a%d" % i], pid=5, seq=i)
-    end = marker(log, ControlType.ABORT, pid=5)
+    first, end = abort_across_segments(log)
     marker_segment = max(s.base_offset for s in log.segments if s.base_offset <= end)
     assert marker_segment > 0, "the transaction spans segments"
     assert index_files(log) == {marker_segment: [AbortedTxn(first, end, 5, end + 1)]}

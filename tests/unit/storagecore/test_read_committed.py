@@ -78,13 +78,19 @@ def test_aborted_and_open_transactions_are_not_read(tmp_path: Path, clock: Manua
     assert read_committed(log) == [b"plain", b"c1", b"c2", b"open", b"after"]
 
 
-def test_a_transaction_spanning_segments(tmp_path: Path, clock: ManualClock) -> None:
-    log = open_log(tmp_path, clock, SMALL)
+def abort_across_segments(log: Log) -> tuple[int, int]:
+    """Producer 5's transaction, interleaved with plain records over several SMALL segments,
+    then aborted: its first offset and its ABORT marker's offset."""
     first = txn_append(log, [b"a0"], pid=5)
     for i in range(1, 8):
         put(log, b"k%d" % i, b"x" * 40)
         txn_append(log, [b"a%d" % i], pid=5, seq=i)
-    end = marker(log, ControlType.ABORT, pid=5)
+    return first, marker(log, ControlType.ABORT, pid=5)
+
+
+def test_a_transaction_spanning_segments(tmp_path: Path, clock: ManualClock) -> None:
+    log = open_log(tmp_path, clock, SMALL)
+    first, end = abort_across_segments(log)
     assert len(log.segments) >= 3, "the transaction spans segments"
     [aborted] = log.aborted_transactions(first, log.log_end_offset)
     assert (aborted.first_offset, aborted.last_offset) == (first, end)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+import unittest.mock
 
 import cramjam
 import lz4.frame
 import pytest
 import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
 
 from storagecore.errors import CorruptRecordError, UnsupportedCompressionError
+from storagecore.records import codecs
 from storagecore.records.codecs import Compression, compress, decompress
 
 TEXT = b"".join(
@@ -105,3 +109,36 @@ def test_unknown_codec_id_and_name() -> None:
     with pytest.raises(ValueError, match="brotli"):
         Compression.from_name("brotli")
     assert Compression.from_name("uncompressed") is Compression.NONE
+
+
+@given(data=st.binary(max_size=3000), junk=st.binary(max_size=8), cut=st.integers(1, 12))
+def test_lz4_whole_call_gives_the_stepped_reads_bytes_and_errors(
+    data: bytes, junk: bytes, cut: int
+) -> None:
+    """A small lz4 payload is decompressed by one library call; it gives what the stepped reads
+    give (trailing bytes after the frame ignored by both), and a damaged frame gets the stepped
+    reads' own error."""
+    frame = compress(Compression.LZ4, data)
+    for payload in (frame, frame + junk):
+        assert decompress(Compression.LZ4, payload) == codecs._unlz4_stepped(payload, 1 << 20)
+        assert decompress(Compression.LZ4, payload) == data
+    damaged = frame[:-cut]
+    with pytest.raises(CorruptRecordError) as whole:
+        decompress(Compression.LZ4, damaged)
+    with pytest.raises(CorruptRecordError) as stepped:
+        decompress(Compression.LZ4, damaged, max_output_bytes=len(damaged))  # stepped only
+    assert str(whole.value) == str(stepped.value)
+
+
+def test_lz4_takes_the_stepped_reads_where_the_output_could_pass_the_bound() -> None:
+    """One call only when the payload cannot expand past the bound (255-fold at most): a
+    payload above a 256th of it goes through the stepped reads, which stop at the bound."""
+    frame = compress(Compression.LZ4, b"x" * 100_000)  # a few hundred bytes
+    with unittest.mock.patch.object(
+        codecs, "_unlz4_stepped", wraps=codecs._unlz4_stepped
+    ) as stepped:
+        assert decompress(Compression.LZ4, frame) == b"x" * 100_000
+        assert stepped.call_count == 0
+        with pytest.raises(CorruptRecordError, match="more than 1000 bytes"):
+            decompress(Compression.LZ4, frame, max_output_bytes=1000)
+        assert stepped.call_count == 1
