@@ -8,6 +8,7 @@ place so that crash safety can be reviewed by reading one file. A test forbids `
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -86,3 +87,54 @@ def sync_path(path: Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+class WriteBehind:
+    """Writes a file's data to the disk while the file is still being written, on a thread of
+    its own (the cleaner's ``.cleaned`` segment): once ``every_bytes`` more were written, and
+    no sync is running, :meth:`written` starts an ``fdatasync`` of the file on that thread, so
+    the fsync that the swap protocol needs at the end finds little left to write (about 10 ms
+    of a 13 MB cleaned segment's fsync). It never replaces that fsync and promises nothing
+    itself: a crash before the protocol's fsync leaves a ``.cleaned`` file, which the loader
+    removes whatever it holds.
+
+    :meth:`close` waits for the thread and returns what its last sync failed with (Linux
+    reports a write-back error to every descriptor open when it happened, so the protocol's
+    own fsync sees it too); the writer calls it before its own fsync, and on every way out.
+    """
+
+    def __init__(self, path: Path, every_bytes: int) -> None:
+        assert every_bytes > 0, every_bytes
+        self._path = path
+        self._every_bytes = every_bytes
+        self._next_bytes = every_bytes
+        self._thread: threading.Thread | None = None
+        self._error: OSError | None = None
+
+    def written(self, total_bytes: int) -> None:
+        """``total_bytes`` of the file are written (and not yet synced by this)."""
+        if total_bytes < self._next_bytes or self._running():
+            return
+        self._next_bytes = total_bytes + self._every_bytes
+        self._thread = threading.Thread(target=self._sync, name="write-behind", daemon=True)
+        self._thread.start()
+
+    def _running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _sync(self) -> None:
+        try:
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._error = exc
+
+    def close(self) -> OSError | None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        return error

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from storagecore.cleaner.offset_map import CHUNK_END, FilteredRegion, OutputChunk
+from storagecore.durability import WriteBehind
 from storagecore.records import layout
 from storagecore.segment import AppendedChunk, LogSegment
 
@@ -18,8 +19,15 @@ class CleanedOutput:
     """The cleaned segment being written: batches buffered and appended in index-interval
     chunks, so that its offset index is as dense as one written by appends."""
 
-    def __init__(self, segment: LogSegment, flush_bytes: int, throttle: Callable[[int], None]):
+    def __init__(
+        self,
+        segment: LogSegment,
+        flush_bytes: int,
+        throttle: Callable[[int], None],
+        write_behind: WriteBehind | None = None,
+    ):
         self.segment = segment
+        self._write_behind = write_behind
         self._flush_bytes = max(flush_bytes, 1)
         self._throttle = throttle
         self._parts: list[bytes | bytearray | memoryview] = []
@@ -69,6 +77,8 @@ class CleanedOutput:
             )
             self._throttle(len(joined))
             self.bytes_written += len(joined)
+            if self._write_behind is not None:
+                self._write_behind.written(self.bytes_written)
             self._parts = [memoryview(data)[done:]] if done < len(data) else []
         elif data:
             self._parts.append(data)
@@ -87,6 +97,8 @@ class CleanedOutput:
         )
         self._throttle(len(data))
         self.bytes_written += len(data)
+        if self._write_behind is not None:
+            self._write_behind.written(self.bytes_written)
         self._parts = []
         self._pending = 0
         self._max_timestamp = layout.NO_TIMESTAMP

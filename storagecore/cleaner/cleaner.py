@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from storagecore import files
 from storagecore.cleaner.cleaned_output import CleanedOutput
@@ -51,6 +51,7 @@ from storagecore.cleaner.stats import CleanerStats
 from storagecore.cleaner.throttler import Throttler
 from storagecore.cleaner.transactions import CleanedTransactionMetadata
 from storagecore.config import CleanerConfig, LogConfig, TopicPartition
+from storagecore.durability import WriteBehind
 from storagecore.log import Log
 from storagecore.records.batch import Buffer, Record, RecordBatch
 from storagecore.records.codecs import Compression
@@ -66,6 +67,10 @@ from storagecore.transactions import AbortedTxn, ProducerLastBatch, control_type
 logger = logging.getLogger(__name__)
 
 _Segment = TypeVar("_Segment", bound=SegmentSource)
+
+#: Bytes of cleaned output between two write-behind syncs of the ``.cleaned`` log (a thread's
+#: ``fdatasync`` while the filter pass goes on; the swap's fsync then finds the rest).
+WRITE_BEHIND_BYTES: Final = 2 << 20
 
 
 # -- the cleaner -------------------------------------------------------------------------------
@@ -302,7 +307,10 @@ class Cleaner:
             now_ms=now_ms,
             suffix=files.CLEANED_SUFFIX,
         )
-        output = CleanedOutput(cleaned, config.index_interval_bytes, self._throttle)
+        # The cleaned log's data goes to the disk while the pass writes it (its fsync below
+        # then waits for the last few MiB only); the indexes are small and mapped.
+        write_behind = WriteBehind(cleaned.log.path, WRITE_BEHIND_BYTES)
+        output = CleanedOutput(cleaned, config.index_interval_bytes, self._throttle, write_behind)
         retained_before = len(txns.retained_aborted)
         try:
             horizon = now_ms + config.delete_retention_ms
@@ -358,11 +366,14 @@ class Cleaner:
             # The aborted transactions whose markers this group keeps (Kafka's cleanedIndex).
             cleaned.txn_index.append_all(txns.retained_aborted[retained_before:])
             cleaned.on_become_inactive_segment()
+            if (error := write_behind.close()) is not None:
+                raise error
             cleaned.flush()
             mtime = group[-1].log.mtime_ms() / 1000
             os.utime(cleaned.log.path, (mtime, mtime))
             self.check_done(tp)
         except BaseException:
+            write_behind.close()  # its error, if any, is this one's or the next fsync's
             cleaned.delete_files()  # still .cleaned: nothing else refers to them
             raise
         stats.bytes_written += output.bytes_written
