@@ -22,7 +22,7 @@
  *   return None before changing anything for what they decline (a framing problem, a non-ASCII
  *   header key, an offset or timestamp that overflows, offset deltas that do not increase).
  *
- * tests/unit/storagecore/test_offset_map_native.py checks both paths against each other, byte
+ * tests/unit/storagecore/test_offset_map_native*.py check both paths against each other, byte
  * for byte and counter for counter.
  *
  * The map is the SkimpyOffsetMap's bytearray: slots of 24 bytes (the 16-byte SipHash-1-3-128

@@ -8,7 +8,8 @@
  * through storagecore/records/columns.py, whose docstring and DecodedColumns (columns_types.py)
  * describe the arguments and the result. The specification is the pure-Python reference
  * storagecore/records/_columns_py.py: both return the same buffers byte for byte and the same
- * problem messages, which tests/unit/storagecore/records/test_columns.py checks.
+ * problem messages, which tests/unit/storagecore/records/test_columns.py (valid logs) and
+ * test_columns_problems.py (corrupt input) check.
  *
  * The walk: batch framing (Kafka's FileLogInputStream rules: a torn tail ends the walk, a
  * declared length below 14 is corruption), then for each batch inside the offset range the

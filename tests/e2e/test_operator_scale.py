@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from storageoperator import topic_set
-from tests.e2e.test_operator import GROUP, NS, VERSION, Env, examples, tool
+from tests.e2e.operator_env import GROUP, NS, VERSION, Env, examples, tool
 from tests.k8s.fake_apiserver import Write
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,6 @@
 """The ``kafka`` port with real clients, part one: round trips with every codec (kafka-python
 and librdkafka), offsets by time, unknown topics, null keys on compacted topics, garbage frames.
-Groups, idempotence, limits, admin APIs and security: ``test_kafka_clients.py``.
+Groups, idempotence, limits, admin APIs and security: ``kafka_clients/``.
 """
 
 from __future__ import annotations

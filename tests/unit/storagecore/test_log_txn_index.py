@@ -16,7 +16,7 @@ from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.clock import ManualClock
 from storagecore.index.transaction_index import ENTRY, AbortedTxn, TransactionIndex
 from storagecore.records.batch import ControlType, iter_complete_batches
-from tests.unit.storagecore.test_cleaner import (
+from tests.unit.storagecore.helpers.cleaning import (
     COMPACT,
     idempotent_append,
     marker,

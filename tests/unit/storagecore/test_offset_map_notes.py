@@ -1,8 +1,8 @@
 """The map pass's notes of key positions, which the filter pass reads instead of digesting
 each key again (SkimpyOffsetMap.clear, storagecore/cleaner/_cleaner_batch.h): the same files,
 decisions and counters as the reference, which digests every key. The differential rounds of
-test_offset_map_native (test_cleaning_rounds_write_the_same_bytes, with a 4096-slot map) run
-them too."""
+test_offset_map_native_rounds (test_cleaning_rounds_write_the_same_bytes, with a 4096-slot
+map) run them too."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from storagecore import Compression, Log, LogConfig, ManualClock, NewRecord, build_batch
 from storagecore.cleaner import Cleaner, CleanRequest
 from storagecore.cleaner.offset_map import SkimpyOffsetMap
-from tests.unit.storagecore.test_offset_map_native import (
+from tests.unit.storagecore.helpers.native_cleaner import (
     SECRET,
     START_MS,
     _counters,

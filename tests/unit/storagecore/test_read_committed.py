@@ -15,7 +15,7 @@ from storagecore.cleaner.offset_map import SkimpyOffsetMap
 from storagecore.clock import ManualClock
 from storagecore.records import layout
 from storagecore.records.batch import ControlType, iter_complete_batches
-from tests.unit.storagecore.test_cleaner import (
+from tests.unit.storagecore.helpers.cleaning import (
     COMPACT,
     marker,
     open_log,

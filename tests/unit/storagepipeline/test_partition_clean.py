@@ -22,7 +22,7 @@ from storagecore.cleaner.offset_map import SkimpyOffsetMap, new_secret
 from storagecore.cleaner.round_plan import RoundPlan, plan_round, swap_planned
 from storagepipeline.partition_clean import PartitionCleanTask, clean_partition
 from tests.conftest import START_MS
-from tests.unit.storagecore.test_cleaner import (
+from tests.unit.storagecore.helpers.cleaning import (
     COMPACT,
     idempotent_append,
     marker,

@@ -1,0 +1,1 @@
+"""Test helpers of the storagecore unit tests, shared between test modules."""
