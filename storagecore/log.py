@@ -46,7 +46,6 @@ from storagecore.log_transactions import LogTransactions
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, validate_and_assign_offsets
 from storagecore.producer_state import ProducerStateManager
 from storagecore.records.batch import Record, iter_complete_batches
-from storagecore.records.file_records import FileRegion
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
 from storagecore.roll_params import RollParams, should_roll
@@ -392,30 +391,26 @@ class Log(SegmentDeletion):
                 f"{self.tp}: offset {start_offset} is outside [{self._log_start_offset}, {log_end}]"
             )
         upper = log_end if max_offset is None else min(max_offset, log_end)
-
-        def result(
-            records: bytes,
-            incomplete: bool = False,
-            next_offset: int = -1,
-            region: FileRegion | None = None,
-        ) -> FetchResult:
-            return FetchResult(
-                records,
-                start_offset,
-                self._log_start_offset,
-                log_end,
-                log_end,
-                incomplete,
-                start_offset if next_offset < 0 else next_offset,
-                region,
-            )
-
-        if start_offset >= upper:
-            return result(b"")
-        data = self._local.read(start_offset, max_bytes, upper, min_one_message, region_min_bytes)
+        data = (
+            None
+            if start_offset >= upper
+            else self._local.read(start_offset, max_bytes, upper, min_one_message, region_min_bytes)
+        )
         if data is None:
-            return result(b"")
-        return result(data.records, data.first_entry_incomplete, data.next_offset, data.region)
+            return FetchResult(
+                b"", start_offset, self._log_start_offset, log_end, log_end, False, start_offset
+            )
+        next_offset = data.next_offset
+        return FetchResult(
+            data.records,
+            start_offset,
+            self._log_start_offset,
+            log_end,
+            log_end,
+            data.first_entry_incomplete,
+            start_offset if next_offset < 0 else next_offset,
+            data.region,
+        )
 
     def records(
         self,

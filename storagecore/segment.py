@@ -20,20 +20,17 @@ from storagecore import files
 from storagecore.errors import SegmentOffsetOverflowError
 from storagecore.file_cache import CachedFile, FileCache
 from storagecore.index import OffsetIndex, TimeIndex, TimestampOffset
-from storagecore.log_info import FetchData
 from storagecore.records.batch import RecordBatch
-from storagecore.records.file_records import BatchHeader, FileRecords, next_offset_within
+from storagecore.records.file_records import FileRecords
 from storagecore.records.layout import INT32_MAX, NO_TIMESTAMP
 from storagecore.segment_files import SegmentFiles, UnopenedFiles
+from storagecore.segment_read import SegmentReads
 
 logger = logging.getLogger(__name__)
 
 # Serialises the deferred first-use checks (rare: once per segment after a clean load); an RLock
 # because the check itself goes through the segment's checked accessors.
 _VERIFY_LOCK = threading.RLock()
-
-#: Single-header reads tried before a chunked header walk when translating an offset.
-_SHORT_WALK_BATCHES = 4
 
 
 class AppendedChunk(NamedTuple):
@@ -46,7 +43,7 @@ class AppendedChunk(NamedTuple):
     shallow_offset_of_max_timestamp: int
 
 
-class LogSegment(SegmentFiles):
+class LogSegment(SegmentFiles, SegmentReads):
     def __init__(  # noqa: PLR0917 - Kafka's constructor, called only by open() and tests
         self,
         log: FileRecords,
@@ -397,92 +394,7 @@ class LogSegment(SegmentFiles):
             start = end
         self._next_offset = largest_offset + 1
 
-    # -- read --------------------------------------------------------------------------------
-    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
-        """The first batch whose last offset is >= ``offset`` (searching from the index hint)."""
-        position = max(self.offset_index.lookup(offset).position, starting_position)
-        # The index entry usually points at the batch holding the offset or at the one before
-        # it (entries carry a batch's last offset): try a few single-header reads first.
-        for _ in range(_SHORT_WALK_BATCHES):
-            header = self.log.header_at(position)
-            if header is None:
-                break
-            if header.last_offset >= offset:
-                return header
-            position = header.position + header.size_bytes
-        for header in self.log.batch_headers(min(position, self.log.size_bytes)):
-            if header.last_offset >= offset:
-                return header
-        return None
-
-    def read(
-        self,
-        start_offset: int,
-        max_size: int,
-        max_position: int | None = None,
-        min_one_message: bool = False,
-        region_min_bytes: int | None = None,
-    ) -> FetchData | None:
-        """Whole batches from the one holding ``start_offset``, at most ``max_size`` bytes.
-
-        With ``min_one_message`` the first batch is returned whole even if it exceeds
-        ``max_size``. Returns None when no batch in this segment reaches ``start_offset``.
-        A read of at least ``region_min_bytes`` (None: never) comes back as a file region.
-        """
-        if max_size < 0:
-            raise ValueError(f"invalid max size {max_size} for read from {self.log.path}")
-        max_position = self.log.size_bytes if max_position is None else max_position
-        header = self.translate_offset(start_offset)
-        if header is None:
-            return None
-        adjusted_max = max(max_size, header.size_bytes) if min_one_message else max_size
-        position = header.position
-        if adjusted_max == 0 or position >= max_position:
-            return FetchData(start_offset, self.base_offset, position, b"", False, start_offset)
-        if not min_one_message and header.size_bytes > max_size:
-            return FetchData(start_offset, self.base_offset, position, b"", True, start_offset)
-        fetch_size = min(max_position - position, adjusted_max)
-        if region_min_bytes is not None and fetch_size >= max(region_min_bytes, 1):
-            next_offset = self._next_offset_before(header, position + fetch_size)
-            region = self.log.region(position, fetch_size)
-            return FetchData(
-                start_offset, self.base_offset, position, b"", False, next_offset, region
-            )
-        data = self.log.read(position, fetch_size)
-        end = position + len(data)
-        if end >= self.log.size_bytes:
-            next_offset = self.next_offset()
-        else:  # the last complete batch's end, from the headers in the bytes read
-            walk_from = self._walk_start(header, end)
-            next_offset = next_offset_within(data, position, walk_from, header.base_offset)
-            if next_offset < 0:  # legacy entries: the file's walk
-                next_offset = self._next_offset_before(header, end)
-        return FetchData(start_offset, self.base_offset, position, data, False, next_offset)
-
-    def _next_offset_before(self, first: BatchHeader, end: int) -> int:
-        """Offset after the last batch that ends at or before position ``end``.
-
-        The batch ``first`` is whole. The walk starts one index entry before the last entry at or
-        below ``end``: that entry's batch ends at or before the next entry, hence before ``end``,
-        so the walk always passes the last complete batch (a short walk: entries are at most
-        ``index.interval.bytes`` plus one batch apart).
-        """
-        if end >= self.log.size_bytes:
-            return self.next_offset()
-        position = self._walk_start(first, end)
-        next_offset = first.base_offset  # nothing complete: the fetch is one cut batch
-        while True:
-            header = self.log.header_at(position)
-            if header is None or header.position + header.size_bytes > end:
-                return next_offset
-            next_offset = header.next_offset
-            position += header.size_bytes
-
-    def _walk_start(self, first: BatchHeader, end: int) -> int:
-        """Where the walk for the last batch ending by ``end`` starts: one index entry before
-        the last entry at or below ``end``, not before the whole batch ``first``."""
-        return max(self.offset_index.lookup_position(end, entries_back=1).position, first.position)
-
+    # -- read (translate_offset and read: storagecore.segment_read) -----------------------
     def producer_batches(self, from_offset: int) -> Iterator[RecordBatch]:
         """Batches with a producer id from the one holding ``from_offset``: header-only
         copies, except control batches, which are read whole (their record says COMMIT or

@@ -7,6 +7,7 @@ or ``(base_offset, 0)``.
 
 from __future__ import annotations
 
+import array
 import itertools
 import operator
 import struct
@@ -55,6 +56,16 @@ class OffsetIndex(AbstractIndex):
         if slot < 0:
             return OffsetPosition(self.base_offset, 0)
         return self.entry_at(slot)
+
+    def columns(self) -> tuple[array.array[int], array.array[int]]:
+        """The valid entries' relative offsets and positions, as the native int32 arrays that
+        lookups bisect (storagecore.records.fetch searches them itself). The arrays are the
+        index's own, extended by appends: read them under the log's lock, keep them no longer."""
+        columns = self._columns
+        offsets, positions = columns.get(0), columns.get(1)  # built once: the read's hot path
+        if offsets is None or positions is None:
+            return self._column(0), self._column(1)
+        return offsets, positions
 
     def lookup_position(self, position: int, entries_back: int = 0) -> OffsetPosition:
         """The last entry whose position is <= ``position`` (or the one ``entries_back`` before

@@ -97,27 +97,12 @@ PyObject *storagecore_producer_batches(PyObject *self, PyObject *args) {
  * 61-byte header: after a batch of HOP_BATCH_BYTES or more it reads just the next header, so a
  * log of large batches is walked without copying their records (a log of 16 KiB batches: 61
  * bytes read of every 16 KiB). An OSError from pread is raised. */
-#include <errno.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "_io.h"
 
 #define FILE_WINDOW_BYTES (64 * 1024)
 #define HOP_BATCH_BYTES (4 * 1024)
-
-/* Bytes read at `position` into buf (fewer only at the end of the file); -1 with errno. */
-static Py_ssize_t pread_full(int fd, uint8_t *buf, Py_ssize_t want, int64_t position) {
-    Py_ssize_t got = 0;
-    while (got < want) {
-        ssize_t n = pread(fd, buf + got, (size_t)(want - got), (off_t)(position + got));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (n == 0) break;
-        got += n;
-    }
-    return got;
-}
 
 PyObject *storagecore_producer_batches_file(PyObject *self, PyObject *args) {
     int fd;

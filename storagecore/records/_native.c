@@ -1,8 +1,8 @@
 /* Native speed-ups of storagecore.records: the record scan and, compiled into this module too,
  * the append fast path (_append.c, validate_uncompressed and append_uncompressed), the columnar
  * decoder (_columns.c, decode_columns), the producer walk of a region or a file (_headers.c,
- * producer_batches, producer_batches_file) and the legacy v0/v1 message-set reader (_legacy.c,
- * decode_legacy_set).
+ * producer_batches, producer_batches_file), the legacy v0/v1 message-set reader (_legacy.c,
+ * decode_legacy_set) and the read by offset of a segment (_fetch.c, read_by_offset).
  *
  * The scan walks the records of an uncompressed batch payload without building objects: checks
  * framing (length varints, field lengths, header keys, nothing left over) with _walker.h's
@@ -86,6 +86,8 @@ void storagecore_columns_init(void);
 /* _headers.c */
 PyObject *storagecore_producer_batches(PyObject *self, PyObject *args);
 PyObject *storagecore_producer_batches_file(PyObject *self, PyObject *args);
+/* _fetch.c */
+PyObject *storagecore_read_by_offset(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* _legacy.c */
 PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args);
 PyObject *storagecore_check_legacy_entry(PyObject *self, PyObject *args);
@@ -133,6 +135,10 @@ static PyMethodDef methods[] = {
     {"producer_batches_file", storagecore_producer_batches_file, METH_VARARGS,
      "producer_batches_file(fd, start, end) -> (consumed, next_offset, positions, headers, "
      "problem, problem_value)"},
+    {"read_by_offset", (PyCFunction)(void (*)(void))storagecore_read_by_offset, METH_FASTCALL,
+     "read_by_offset(fd, offsets, positions, base_offset, fetch_offset, max_size, max_position, "
+     "size_bytes, min_one_message) -> (position, records, incomplete, next_offset) | None: see "
+     "_fetch.c"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -146,3 +146,18 @@ def producer_batches_file(
     """(consumed, next_offset, positions, headers, problem, problem_value): producer_batches
     over the file's bytes [start, end), read with pread; consumed and the positions are file
     positions, headers the 61-byte headers of those batches: see _headers.c."""
+
+def read_by_offset(
+    fd: int,
+    offsets: Buffer,
+    positions: Buffer,
+    base_offset: int,
+    fetch_offset: int,
+    max_size: int,
+    max_position: int,
+    size_bytes: int,
+    min_one_message: bool,
+    /,
+) -> tuple[int, bytes, bool, int] | None:
+    """(position, records, incomplete, next_offset) of LogSegment.read's bytes path, or None:
+    use the Python path; see _fetch.c."""

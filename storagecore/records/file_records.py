@@ -41,9 +41,11 @@ def next_offset_within(data: bytes, data_position: int, walk_from: int, next_off
     :meth:`FileRecords.header_at`, without a read per header."""
     end = len(data)
     at = walk_from - data_position
-    while end - at >= layout.RECORD_BATCH_OVERHEAD:
+    while end - at >= layout.HEADER_SIZE_UP_TO_MAGIC:
         if data[at + layout.MAGIC_OFFSET] in _LEGACY_MAGICS:
-            return -1
+            return -1  # (a legacy entry may be shorter than a v2 header: looked at first)
+        if end - at < layout.RECORD_BATCH_OVERHEAD:
+            break
         base_offset, length = layout.LOG_HEADER_PREFIX.unpack_from(data, at)
         size = length + layout.LOG_OVERHEAD
         if size < layout.RECORD_BATCH_OVERHEAD or at + size > end:
