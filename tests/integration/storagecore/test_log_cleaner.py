@@ -135,7 +135,7 @@ def test_shutdown_during_a_clean_leaves_no_partial_files(
     with LogManager([tmp_path], default_config=COMPACT, clock=clock) as manager:
         tp = fill(manager, "slow", records=600)
         log = manager.get_log(tp)
-        before = [(r.offset, r.value) for r in log.records()]
+        before = [(r.offset, r.key, r.value) for r in log.records()]
         cleaner = LogCleaner(manager, SLOW)
         cleaner.start()
         wait_for(lambda: cleaner.manager.state(tp)[0] is CleaningState.IN_PROGRESS)
@@ -147,21 +147,20 @@ def test_shutdown_during_a_clean_leaves_no_partial_files(
         # groups of the round may have been swapped in before the shutdown aborted it: each
         # group is either old or cleaned, never a mix (Invariant 3), and no record moved or
         # changed (Invariant 2).
-        assert_cleaned_prefix_or_untouched(before, [(r.offset, r.value) for r in log.records()])
+        after = [(r.offset, r.key, r.value) for r in log.records()]
+        assert_cleaned_prefix_or_untouched(before, after)
 
 
 def assert_cleaned_prefix_or_untouched(
-    before: list[tuple[int, bytes | None]], after: list[tuple[int, bytes | None]]
+    before: list[tuple[int, bytes | None, bytes | None]],
+    after: list[tuple[int, bytes | None, bytes | None]],
 ) -> None:
-    """``after`` is ``before`` with some records dropped, each of them superseded by a later
-    record of its key (the keys of :func:`fill` are its values' ``v<i>`` modulo 10)."""
+    """``after`` is ``before`` (offset, key, value) with some records dropped, each of them
+    superseded by a later record of its key."""
     remaining = iter(before)
     assert all(record in remaining for record in after), "a record moved, changed or repeated"
-    kept = {offset for offset, _ in after}
-    latest: dict[int, int] = {}
-    for offset, value in before:
-        assert value is not None
-        latest[int(value[1:]) % 10] = offset
+    kept = {offset for offset, _, _ in after}
+    latest = {key: offset for offset, key, _ in before}
     assert set(latest.values()) <= kept, "a key's latest record is gone"
 
 
