@@ -31,6 +31,7 @@ setup(
             [
                 "storagecore/records/_native.c",
                 "storagecore/records/_append.c",
+                "storagecore/records/_segment_append.c",
                 "storagecore/records/_columns.c",
                 "storagecore/records/_headers.c",
                 "storagecore/records/_legacy.c",
@@ -42,6 +43,7 @@ setup(
                 "storagecore/records/_legacy.h",
                 "storagecore/records/_scan.h",
                 "storagecore/records/_io.h",
+                "storagecore/records/_append.h",
             ],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),

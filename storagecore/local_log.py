@@ -48,7 +48,7 @@ from storagecore.errors import (
 from storagecore.file_cache import is_resource_exhausted
 from storagecore.index import TimestampOffset
 from storagecore.log_info import FetchData
-from storagecore.native_append import NativeAppend
+from storagecore.native_append import native_append_settings
 from storagecore.segment import LogSegment
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,9 @@ class LocalLog:
     @config.setter
     def config(self, config: LogConfig) -> None:
         self._config = config
-        #: The native append under this config (storagecore.native_append); None: it never
-        #: applies (LogAppendTime, recompression).
-        self.native_append = NativeAppend.for_config(config)
+        #: The native append's settings under this config (storagecore.native_append); None: it
+        #: never applies (LogAppendTime, recompression).
+        self.native_append = native_append_settings(config)
         #: ``flush.messages``, read per append.
         self.flush_messages = config.flush_messages
 

@@ -203,17 +203,6 @@ class LogSegment(SegmentFiles, SegmentReads):
             entry = self._max_timestamp = (last.timestamp, last.offset)
         return entry
 
-    def native_append_state(self) -> tuple[FileRecords, OffsetIndex, TimeIndex, int, int, int]:
-        """What the native append reads, in one call: the ``.log``, the indexes, the next
-        offset, the max timestamp so far and its offset."""
-        if self._verify_with is not None:
-            self._verify()
-        entry = self._max_timestamp or self.max_timestamp_entry()
-        next_offset = self._next_offset
-        if next_offset is None:
-            next_offset = self.next_offset()
-        return self._log, self._offset_index, self._time_index, next_offset, entry[0], entry[1]
-
     @property
     def max_timestamp_so_far(self) -> int:
         return self.max_timestamp_entry()[0]
@@ -322,8 +311,9 @@ class LogSegment(SegmentFiles, SegmentReads):
         shallow_offset_of_max_timestamp: int,
     ) -> None:
         """The bookkeeping of an append whose ``size`` bytes are in the file at
-        ``physical_position`` (written by :meth:`append`, or by the native append, which writes
-        the batches itself): timestamps, index entries, the next offset."""
+        ``physical_position`` (written by :meth:`append`): timestamps, index entries, the next
+        offset. The native append (``storagecore/records/_segment_append.c``) keeps the same
+        bookkeeping itself."""
         if physical_position == 0:
             self.rolling_based_timestamp = largest_timestamp
         if largest_timestamp > self.max_timestamp_so_far:
@@ -336,34 +326,6 @@ class LogSegment(SegmentFiles, SegmentReads):
             )
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += size
-        self._next_offset = largest_offset + 1
-
-    def native_appended(
-        self,
-        physical_position: int,
-        size: int,
-        largest_offset: int,
-        largest_timestamp: int,
-        shallow_offset_of_max_timestamp: int,
-        *,
-        index_entries: int,
-    ) -> None:
-        """:meth:`record_appended` for an append whose index entries the native append wrote
-        itself (``index_entries``: 0 none, 1 the offset entry, 2 the offset and time entries,
-        each where and as :meth:`record_appended` would have written it). The hot path."""
-        if physical_position == 0:
-            self.rolling_based_timestamp = largest_timestamp
-        entry = self._max_timestamp or self.max_timestamp_entry()
-        if largest_timestamp > entry[0]:
-            entry = self._max_timestamp = (largest_timestamp, shallow_offset_of_max_timestamp)
-        if index_entries:
-            base = self.base_offset
-            self._offset_index.entry_written((largest_offset - base, physical_position))
-            if index_entries == 2:
-                self._time_index.entry_written((entry[0], entry[1] - base))
-            self.bytes_since_last_index_entry = size
-        else:
-            self.bytes_since_last_index_entry += size
         self._next_offset = largest_offset + 1
 
     def append_chunks(

@@ -328,13 +328,14 @@ class AbstractIndex:
     def native_target(
         self, *, reserve: bool
     ) -> tuple[_mapping.Mapping | bytearray | None, int] | None:
-        """Where the native append (storagecore.records.append_uncompressed) writes the entry it
-        is due, and the entry it writes there: the mapping and the next entry, or unmapped a
-        one-entry buffer (entry 0) that :meth:`entry_written` then writes to the file. With
-        ``reserve`` the entry's disk blocks are reserved (and the index mapped) first, so that a
-        full disk or a missing descriptor fails here, before anything is written; without it
-        None when they are not (an entry due now: the general path reserves them after
-        validating, :meth:`storagecore.segment.LogSegment.append`). ``(None, 0)`` when the
+        """Where the native append (storagecore.records.scan.append_to_segment, which reads the
+        common case itself and asks this method otherwise) writes the entry it is due, and the
+        entry it writes there: the mapping and the next entry, or unmapped a one-entry buffer
+        (entry 0) that :meth:`entry_written` then writes to the file. With ``reserve`` the
+        entry's disk blocks are reserved (and the index mapped) first, so that a full disk or a
+        missing descriptor fails here, before anything is written; without it None when they
+        are not (an entry due now: the general path reserves them after validating,
+        :meth:`storagecore.segment.LogSegment.append`). ``(None, 0)`` when the
         index is full: the general path rolls."""
         entries = self.entries
         mapping = self._mapping

@@ -1,6 +1,6 @@
 /* The append fast path of storagecore.records._native (compiled into that module, see
- * _native.c): whole-request validation of uncompressed batches, and that validation fused with
- * the segment write and its index entries. */
+ * _native.c): whole-request validation of uncompressed batches, the write of a validated request
+ * and its index entries (_append.h; the entry point that writes is _segment_append.c). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
@@ -13,76 +13,43 @@
 #include "_layout.h"
 #include "_walker.h"
 #include "_scan.h"
+#include "_append.h"
 
 /* ---- whole-request validation of uncompressed batches (the append fast path) ------------------
  *
- * Two entry points share one validation (plan_uncompressed), which reads the request without
- * changing it and records per batch what the leader rewrites (base offset, leader epoch, and where
- * they differ the max timestamp, the timestamp type bit and hence the CRC):
+ * One validation (plan_uncompressed) reads the request without changing it and records per batch
+ * what the leader rewrites (base offset, leader epoch, and where they differ the max timestamp,
+ * the timestamp type bit and hence the CRC). Two entry points use it:
  *
  * validate_uncompressed(out, next_offset, now_ms, client, replication, compact, max_message_bytes,
  *                       leader_epoch, before_max_ms, after_max_ms)
  *   `out` is a bytearray holding a copy of the request; the rewrites are applied to it in place.
+ *   Returns (first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
+ *   batch_count).
  *
- * append_uncompressed(data, fd, position, next_offset, now_ms, client, replication, compact,
- *                     max_message_bytes, leader_epoch, before_max_ms, after_max_ms,
- *                     segment_base_offset, max_timestamp_no_roll,
- *                     offset_index, offset_entries, time_index, time_entries, time_last_timestamp,
- *                     bytes_since_last_index_entry, index_interval_bytes, max_timestamp_so_far,
- *                     offset_of_max_timestamp_so_far)
- *   Kafka's LogValidator, FileRecords.append and LogSegment.append's index entries in one call:
- *   when no batch has a producer id, the last offset is addressable from `segment_base_offset`,
- *   the request's max timestamp is at most `max_timestamp_no_roll` (what the caller's roll
- *   decision allows) and the index entries it is due have room in the mappings `offset_index`
- *   and `time_index` (mmap objects; the caller checked that their disk blocks are reserved),
- *   writes the batches at `position` of `fd` with pwritev: each batch's rewritten 61-byte header
- *   followed by its records straight from `data`, without copying the request; then the entries
- *   as LogSegment.record_appended would (an offset entry when more than `index_interval_bytes`
- *   were appended since the last one, and a time entry for the segment's max timestamp so far
- *   when it passed `time_last_timestamp`). Otherwise writes nothing and returns a bytearray of
- *   the rewritten bytes for the caller's general path (producer state, roll, index growth). The
- *   file gets exactly the bytes validate_uncompressed leaves in `out`.
+ * append_to_segment (_segment_append.c): the same validation fused with the active segment's
+ *   write (append_planned: pwritev of the rewritten headers and the request's records, no copy)
+ *   and its index entries (index_prepare / index_write); the file gets exactly the bytes
+ *   validate_uncompressed leaves in `out`.
  *
- * Both return (first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
- * batch_count[, unwritten bytearray or None, index entries written: 0, 1 offset, 2 both]) when
- * every batch is uncompressed and every check of
- * storagecore.log_validator passes. Otherwise they return None, change nothing, and leave the
- * decision (and the error message) to the Python reference, which is the specification. The
- * topic must use CreateTime. Field positions are those of storagecore/records/layout.py;
- * test_native.py checks the exported copies.
+ * A request the validation does not take (a compressed batch, any check of
+ * storagecore.log_validator failing) gives None: nothing is changed, and the decision (and the
+ * error message) is left to the Python reference, which is the specification. The topic must use
+ * CreateTime. Field positions are those of storagecore/records/layout.py; test_native.py checks
+ * the exported copies.
  */
-typedef struct {
-    Py_ssize_t pos, size;
-    long long assigned, batch_max;
-    int fix_max; /* max timestamp or timestamp type rewritten: the CRC is computed again */
-} planned_batch_t;
-
-typedef struct {
-    long long next_offset, now_ms, before_max_ms, after_max_ms;
-    int client, replication, compact, leader_epoch;
-    Py_ssize_t max_message_bytes;
-} validate_params_t;
-
 /* CRC-32C of base[start:end]: _layout.h's three-stream loop, the one storagecore.records.crc
  * exposes (a call through Python cost ~3 600 instructions a batch). */
 static inline uint32_t crc_of(const uint8_t *base, Py_ssize_t start, Py_ssize_t end) {
     return crc32c(base + start, (size_t)(end - start));
 }
 
-typedef struct {
-    planned_batch_t one; /* the common request holds one batch: no allocation */
-    planned_batch_t *batches;
-    Py_ssize_t count, capacity;
-    long long first_offset, last_offset, max_timestamp, offset_of_max, record_count;
-    int has_producer;
-} plan_t;
-
-static void plan_release(plan_t *plan) {
+void plan_release(plan_t *plan) {
     if (plan->batches != &plan->one) PyMem_Free(plan->batches);
 }
 
 /* 1: every batch valid (plan filled); 0: hand the request to Python; -1: an exception is set. */
-static int plan_uncompressed(const uint8_t *buf, Py_ssize_t end, const validate_params_t *p,
+int plan_uncompressed(const uint8_t *buf, Py_ssize_t end, const validate_params_t *p,
                              plan_t *plan) {
     plan->batches = &plan->one;
     plan->count = 0;
@@ -196,7 +163,7 @@ static void rewrite_header(uint8_t *b, const planned_batch_t *planned, const val
     }
 }
 
-static void apply_plan(uint8_t *buf, const plan_t *plan, const validate_params_t *p) {
+void apply_plan(uint8_t *buf, const plan_t *plan, const validate_params_t *p) {
     for (Py_ssize_t i = 0; i < plan->count; i++)
         rewrite_header(buf + plan->batches[i].pos, &plan->batches[i], p, 1);
 }
@@ -278,27 +245,9 @@ static int write_plan(int fd, long long position, const uint8_t *data, const pla
     return 0;
 }
 
-/* Entry sizes of storagecore/index/ (OffsetIndex.entry, TimeIndex.entry; test_native_layout.py
- * checks the exported copies). */
-#define OFFSET_INDEX_ENTRY_BYTES 8
-#define TIME_INDEX_ENTRY_BYTES 12
-
-/* The index entries of an append (LogSegment.record_appended's rule), written by the native
- * append into the segment's memory-mapped indexes. */
-typedef struct {
-    PyObject *offset_index, *time_index; /* the mappings (mmap objects), or None */
-    Py_ssize_t offset_entries, time_entries;
-    long long time_last_timestamp; /* the time index's last timestamp, -1 when it is empty */
-    long long bytes_since, interval, max_so_far, offset_of_max_so_far;
-    /* Decided before the write: */
-    int offset_entry, time_entry;
-    long long time_timestamp, time_offset;
-    Py_buffer offset_view, time_view;
-} index_update_t;
-
 /* 1: the entries the append is due (none, or an offset entry and maybe a time entry) have room
  * in the mappings, whose buffers are then held; 0: not (the general path grows or rolls). */
-static int index_prepare(index_update_t *ix, const plan_t *plan) {
+int index_prepare(index_update_t *ix, const plan_t *plan) {
     ix->offset_entry = ix->time_entry = 0;
     ix->offset_view.obj = ix->time_view.obj = NULL;
     if (ix->bytes_since <= ix->interval) return 1; /* entries track the bytes of earlier appends */
@@ -329,7 +278,7 @@ static int index_prepare(index_update_t *ix, const plan_t *plan) {
     return 1;
 }
 
-static void index_release(index_update_t *ix) {
+void index_release(index_update_t *ix) {
     if (ix->offset_view.obj != NULL) PyBuffer_Release(&ix->offset_view);
     if (ix->time_view.obj != NULL) PyBuffer_Release(&ix->time_view);
 }
@@ -337,7 +286,7 @@ static void index_release(index_update_t *ix) {
 /* Write the prepared entries (after the batches are in the file, as record_appended does); how
  * many: 0, 1 (offset index) or 2 (both). OffsetIndex: int32 relative offset, int32 position;
  * TimeIndex: int64 timestamp, int32 relative offset (storagecore/index/). */
-static int index_write(index_update_t *ix, const plan_t *plan, long long base_offset,
+int index_write(index_update_t *ix, const plan_t *plan, long long base_offset,
                        long long position) {
     if (!ix->offset_entry) return 0;
     uint8_t *entry = (uint8_t *)ix->offset_view.buf + ix->offset_entries * OFFSET_INDEX_ENTRY_BYTES;
@@ -351,7 +300,7 @@ static int index_write(index_update_t *ix, const plan_t *plan, long long base_of
 }
 
 /* 0 when written, else -1 with an exception set (nothing written then, or the write cut back). */
-static int append_planned(const uint8_t *data, int fd, long long position, const plan_t *plan,
+int append_planned(const uint8_t *data, int fd, long long position, const plan_t *plan,
                           const validate_params_t *p) {
     Py_ssize_t count = plan->count;
     uint8_t *headers = PyMem_Malloc((size_t)count * (RECORD_BATCH_OVERHEAD + sizeof(uint8_t *)));
@@ -397,120 +346,6 @@ static int append_planned(const uint8_t *data, int fd, long long position, const
         return -1;
     }
     return 0;
-}
-
-/* The integer arguments of append_uncompressed, converted one by one (METH_FASTCALL: the
- * format-string parse of 23 arguments cost about 3 500 instructions a call). 0, or -1 with the
- * exception set. */
-static int arg_ll(PyObject *const *args, Py_ssize_t i, long long *out) {
-    *out = PyLong_AsLongLong(args[i]);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
-static int arg_n(PyObject *const *args, Py_ssize_t i, Py_ssize_t *out) {
-    *out = PyLong_AsSsize_t(args[i]);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
-static int arg_int(PyObject *const *args, Py_ssize_t i, int *out) {
-    long value = PyLong_AsLong(args[i]);
-    if (value == -1 && PyErr_Occurred()) return -1;
-    if (value < INT_MIN || value > INT_MAX) {
-        PyErr_Format(PyExc_OverflowError, "append_uncompressed: argument %zd out of int range", i);
-        return -1;
-    }
-    *out = (int)value;
-    return 0;
-}
-
-static int arg_bool(PyObject *const *args, Py_ssize_t i, int *out) {
-    *out = PyObject_IsTrue(args[i]);
-    return *out < 0 ? -1 : 0;
-}
-
-/* (first, last, max_timestamp, offset_of_max, record_count, batch_count, unwritten, indexed);
- * steals `unwritten`. */
-static PyObject *append_result(const plan_t *plan, PyObject *unwritten, int indexed) {
-    PyObject *result = PyTuple_New(8);
-    if (result == NULL) {
-        Py_DECREF(unwritten);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(result, 6, unwritten);
-    const long long values[6] = {plan->first_offset, plan->last_offset, plan->max_timestamp,
-                                 plan->offset_of_max, plan->record_count, plan->count};
-    for (int i = 0; i < 6; i++) {
-        PyObject *item = PyLong_FromLongLong(values[i]);
-        if (item == NULL) {
-            Py_DECREF(result);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(result, i, item);
-    }
-    PyObject *item = PyLong_FromLong(indexed);
-    if (item == NULL) {
-        Py_DECREF(result);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(result, 7, item);
-    return result;
-}
-
-PyObject *storagecore_append_uncompressed(PyObject *self, PyObject *const *args,
-                                          Py_ssize_t nargs) {
-    Py_buffer data;
-    int fd;
-    long long position, segment_base_offset, max_timestamp_no_roll;
-    validate_params_t p;
-    index_update_t ix;
-    if (nargs != 23) {
-        PyErr_Format(PyExc_TypeError, "append_uncompressed takes 23 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    if (arg_int(args, 1, &fd) < 0 || arg_ll(args, 2, &position) < 0 ||
-        arg_ll(args, 3, &p.next_offset) < 0 || arg_ll(args, 4, &p.now_ms) < 0 ||
-        arg_bool(args, 5, &p.client) < 0 || arg_bool(args, 6, &p.replication) < 0 ||
-        arg_bool(args, 7, &p.compact) < 0 || arg_n(args, 8, &p.max_message_bytes) < 0 ||
-        arg_int(args, 9, &p.leader_epoch) < 0 || arg_ll(args, 10, &p.before_max_ms) < 0 ||
-        arg_ll(args, 11, &p.after_max_ms) < 0 || arg_ll(args, 12, &segment_base_offset) < 0 ||
-        arg_ll(args, 13, &max_timestamp_no_roll) < 0 || arg_n(args, 15, &ix.offset_entries) < 0 ||
-        arg_n(args, 17, &ix.time_entries) < 0 || arg_ll(args, 18, &ix.time_last_timestamp) < 0 ||
-        arg_ll(args, 19, &ix.bytes_since) < 0 || arg_ll(args, 20, &ix.interval) < 0 ||
-        arg_ll(args, 21, &ix.max_so_far) < 0 || arg_ll(args, 22, &ix.offset_of_max_so_far) < 0)
-        return NULL;
-    ix.offset_index = args[14];
-    ix.time_index = args[16];
-    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) return NULL;
-    const uint8_t *buf = (const uint8_t *)data.buf;
-    plan_t plan;
-    int planned = plan_uncompressed(buf, data.len, &p, &plan);
-    PyObject *result = NULL;
-    ix.offset_view.obj = ix.time_view.obj = NULL;
-    if (planned == 0) {
-        result = Py_NewRef(Py_None);
-    } else if (planned == 1) {
-        long long relative;
-        int writes = !plan.has_producer && plan.max_timestamp <= max_timestamp_no_roll &&
-                     !__builtin_sub_overflow(plan.last_offset, segment_base_offset, &relative) &&
-                     relative >= 0 && relative <= INT32_MAX && plan.first_offset >= segment_base_offset &&
-                     index_prepare(&ix, &plan);
-        if (writes) {
-            if (append_planned(buf, fd, position, &plan, &p) == 0) {
-                int indexed = index_write(&ix, &plan, segment_base_offset, position);
-                result = append_result(&plan, Py_NewRef(Py_None), indexed);
-            }
-        } else {
-            PyObject *out = PyByteArray_FromStringAndSize((const char *)buf, data.len);
-            if (out != NULL) {
-                apply_plan((uint8_t *)PyByteArray_AS_STRING(out), &plan, &p);
-                result = append_result(&plan, out, 0);
-            }
-        }
-    }
-    index_release(&ix);
-    plan_release(&plan);
-    PyBuffer_Release(&data);
-    return result;
 }
 
 /* This file's copy of _layout.h's CRC tables, and the index entry sizes as module constants. */

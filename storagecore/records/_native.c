@@ -1,6 +1,6 @@
 /* Native speed-ups of storagecore.records: the record scan and, compiled into this module too,
- * the append fast path (_append.c, validate_uncompressed and append_uncompressed), the columnar
- * decoder (_columns.c, decode_columns), the producer walk of a region or a file (_headers.c,
+ * the append fast path (_append.c, validate_uncompressed; _segment_append.c, append_to_segment:
+ * the active segment's append in one call), the columnar decoder (_columns.c, decode_columns), the producer walk of a region or a file (_headers.c,
  * producer_batches, producer_batches_file), the legacy v0/v1 message-set reader (_legacy.c,
  * decode_legacy_set) and the read by offset of a segment (_fetch.c, read_by_offset).
  *
@@ -77,9 +77,10 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
 
 /* _append.c */
 PyObject *storagecore_validate_uncompressed(PyObject *self, PyObject *args);
-PyObject *storagecore_append_uncompressed(PyObject *self, PyObject *const *args,
-                                          Py_ssize_t nargs);
 int storagecore_append_init(PyObject *module);
+/* _segment_append.c */
+PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int storagecore_segment_append_init(void);
 /* _columns.c */
 PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
 void storagecore_columns_init(void);
@@ -117,9 +118,10 @@ static PyMethodDef methods[] = {
      "scan_records(payload, count, base_timestamp) -> (problem, max_ts, min_ts, null_keys, sequential)"},
     {"validate_uncompressed", storagecore_validate_uncompressed, METH_VARARGS,
      "Whole-request validation of uncompressed batches; None means: use the Python path."},
-    {"append_uncompressed", (PyCFunction)(void (*)(void))storagecore_append_uncompressed,
+    {"append_to_segment", (PyCFunction)(void (*)(void))storagecore_append_to_segment,
      METH_FASTCALL,
-     "Validate uncompressed batches and write them to a segment's file; None means: use the "
+     "append_to_segment(settings, segment, fd, data, now_ms, client, replication, leader_epoch): "
+     "validate uncompressed batches and append them to the active segment; None means: use the "
      "Python path."},
     {"decode_columns", storagecore_decode_columns, METH_VARARGS,
      "decode_columns(region, position, end, columns, min_offset, max_offset, include_control, "
@@ -151,7 +153,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (add_layout_constants(m) < 0 || storagecore_legacy_constants(m) < 0 ||
-        storagecore_append_init(m) < 0) {
+        storagecore_append_init(m) < 0 || storagecore_segment_append_init() < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -5,6 +5,7 @@ checks that this list and the built module's agree.
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 from typing_extensions import Buffer
 
@@ -67,38 +68,22 @@ def validate_uncompressed(
     """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
     batch_count), or None: use the Python path."""
 
-def append_uncompressed(
-    data: bytes | bytearray | memoryview,
+def append_to_segment(
+    settings: tuple[int, int, bool, int, int, int],
+    segment: object,
     fd: int,
-    position: int,
-    next_offset: int,
+    data: bytes | bytearray | memoryview,
     now_ms: int,
     client: bool,
     replication: bool,
-    compact: bool,
-    max_message_bytes: int,
     leader_epoch: int,
-    before_max_ms: int,
-    after_max_ms: int,
-    segment_base_offset: int,
-    max_timestamp_no_roll: int,
-    offset_index: Buffer | None,
-    offset_entries: int,
-    time_index: Buffer | None,
-    time_entries: int,
-    time_last_timestamp: int,
-    bytes_since_last_index_entry: int,
-    index_interval_bytes: int,
-    max_timestamp_so_far: int,
-    offset_of_max_timestamp_so_far: int,
     /,
-) -> tuple[int, int, int, int, int, int, bytearray | None, int] | None:
-    """(first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
-    batch_count, unwritten, index_entries): written at ``position`` of ``fd`` with the index
-    entries it was due (``index_entries``: 0 none, 1 an offset entry, 2 an offset and a time
-    entry, at slots ``offset_entries`` and ``time_entries`` of the mappings) when ``unwritten``
-    is None, else validated but not written (``unwritten`` holds the rewritten bytes); None: use
-    the Python path, nothing written."""
+) -> tuple[Any, ...] | None:
+    """The active ``segment``'s append (storagecore.native_append): (first_offset, last_offset,
+    max_timestamp, offset_of_max_timestamp, record_count, bytes_written) when written at the end
+    of ``fd`` with its index entries and the segment's bookkeeping; ValidatedRecords' fields
+    (the rewritten bytes first) when valid but left to the general path (a producer id, a roll,
+    an index entry not reserved); None: use the Python path, nothing written."""
 
 def decode_columns(
     region: bytes | bytearray | memoryview,

@@ -8,21 +8,18 @@ test suite runs both on the same inputs and asserts which one is loaded.
 The extension also offers :data:`validate_uncompressed`, a whole-request fast path for the
 append validator (None without the extension): it accepts only what the Python validator
 accepts, with identical output bytes, and otherwise hands the request back to it; and
-:data:`append_uncompressed`, the same validation fused with the segment write (the log's
-common-case append, :meth:`storagecore.native_append.NativeAppend.append`).
+:data:`append_to_segment`, the same validation fused with the active segment's write and
+bookkeeping (the log's common-case append, :mod:`storagecore.native_append`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
 
 from storagecore.native import load_extension
 from storagecore.records import _scan_py
 from storagecore.records.scan_types import ScanResult
-
-if TYPE_CHECKING:
-    from typing_extensions import Buffer
 
 _Scan = Callable[[bytes | memoryview, int, int], ScanResult]
 #: (out, next_offset, now_ms, client, replication, compact, max_message_bytes, leader_epoch,
@@ -32,19 +29,15 @@ ValidateUncompressed = Callable[
     [bytearray, int, int, bool, bool, bool, int, int, int, int],
     tuple[int, int, int, int, int, int] | None,
 ]
-#: (data, fd, position, next_offset, now_ms, client, replication, compact, max_message_bytes,
-#:  leader_epoch, before_max_ms, after_max_ms, segment_base_offset, max_timestamp_no_roll,
-#:  offset_index, offset_entries, time_index, time_entries (writable buffers, the entry written
-#:  at), time_last_timestamp,
-#:  bytes_since_last_index_entry, index_interval_bytes, max_timestamp_so_far,
-#:  offset_of_max_timestamp_so_far) ->
-#:  (first, last, max_ts, offset_of_max, records, batches, unwritten bytes or None,
-#:  index entries written) or None; see storagecore/records/_native.c.
-AppendUncompressed = Callable[
-    [bytes | bytearray | memoryview, int, int, int, int, bool, bool, bool, int, int, int, int,
-     int, int, "Buffer | None", int, "Buffer | None", int, int, int, int, int,
-     int],
-    tuple[int, int, int, int, int, int, bytearray | None, int] | None,
+#: (settings, segment, fd, data, now_ms, client, replication, leader_epoch) ->
+#:  (first, last, max_ts, offset_of_max, records, bytes written) when written (six ints),
+#:  ValidatedRecords' eight fields when valid but left to the general path, or None; see
+#:  storagecore/records/_segment_append.c. ``segment`` is the active LogSegment (a layer above
+#:  this module, hence ``object``).
+AppendToSegment = Callable[
+    [tuple[int, int, bool, int, int, int], object, int, bytes | bytearray | memoryview, int, bool,
+     bool, int],
+    tuple[Any, ...] | None,
 ]  # fmt: skip
 
 
@@ -54,8 +47,8 @@ scan_records: Final[_Scan] = _scan_py.scan_records if _NATIVE is None else _NATI
 validate_uncompressed: Final[ValidateUncompressed | None] = (
     None if _NATIVE is None else _NATIVE.validate_uncompressed
 )
-append_uncompressed: Final[AppendUncompressed | None] = (
-    None if _NATIVE is None else _NATIVE.append_uncompressed
+append_to_segment: Final[AppendToSegment | None] = (
+    None if _NATIVE is None else _NATIVE.append_to_segment
 )
 #: "c" or "python": which implementation this process uses (tests assert it).
 IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
@@ -63,7 +56,7 @@ IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
 __all__ = [
     "IMPLEMENTATION",
     "ScanResult",
-    "append_uncompressed",
+    "append_to_segment",
     "scan_records",
     "validate_uncompressed",
 ]

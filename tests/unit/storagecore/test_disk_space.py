@@ -121,7 +121,7 @@ def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
 
         saved_fd = -1
         if where == "pwrite":  # os.pwrite is the general path's (FileRecords.append)
-            monkeypatch.setattr(native_append, "append_uncompressed", None)
+            monkeypatch.setattr(native_append, "append_to_segment", None)
             monkeypatch.setattr(os, "pwrite", short_pwrite)
         elif where == "fallocate":
             monkeypatch.setattr(segment.offset_index, "_reserved", 0)

@@ -1,6 +1,6 @@
-"""The native append (``NativeAppend.append``: validation and the segment write in one C
-call) against the general path (validation, producer state, roll, ``LogSegment.append`` one
-step at a time), on the same requests.
+"""The native append (``storagecore.native_append.append_to_segment``: validation, the segment
+write and its bookkeeping in one C call) against the general path (validation, producer state,
+roll, ``LogSegment.append`` one step at a time), on the same requests.
 
 Two logs with the same settings and clocks take the same sequence of generated requests, one
 with the native append and one without it; the general path runs once with the native
@@ -38,10 +38,11 @@ from storagecore import (
 from storagecore.log_validator import AppendOrigin
 from storagecore.records import layout
 from storagecore.records.crc import crc32c
-from storagecore.records.scan import append_uncompressed
+from storagecore.records.layout import NO_TIMESTAMP
+from storagecore.records.scan import append_to_segment
 from tests.conftest import START_MS
 
-pytestmark = pytest.mark.skipif(append_uncompressed is None, reason="native speed-up not built")
+pytestmark = pytest.mark.skipif(append_to_segment is None, reason="native speed-up not built")
 
 
 class _Spy:
@@ -52,10 +53,10 @@ class _Spy:
         self.calls = 0
 
     def __call__(self, *args: Any) -> Any:
-        assert append_uncompressed is not None
+        assert append_to_segment is not None
         self.calls += 1
-        result = append_uncompressed(*args)
-        if result is not None and result[6] is None:
+        result = append_to_segment(*args)
+        if result is not None and len(result) == 6:  # written (NativeWritten)
             self.written += 1
         return result
 
@@ -63,7 +64,7 @@ class _Spy:
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     spy = _Spy()
-    monkeypatch.setattr(native_append, "append_uncompressed", spy)
+    monkeypatch.setattr(native_append, "append_to_segment", spy)
     return spy
 
 
@@ -96,7 +97,7 @@ class _Twins:
             for i, clock in enumerate(self.clocks)
         ]
         self.monkeypatch = monkeypatch
-        self.native_append = native_append.append_uncompressed
+        self.native_append = native_append.append_to_segment
 
     def close(self) -> None:
         for log in self.logs:
@@ -110,7 +111,7 @@ class _Twins:
     def append(self, data: bytes, origin: AppendOrigin) -> list[object]:
         results = [_append(self.logs[0], data, origin)]
         with self.monkeypatch.context() as patch:
-            patch.setattr(native_append, "append_uncompressed", None)
+            patch.setattr(native_append, "append_to_segment", None)
             results.append(_append(self.logs[1], data, origin))
             patch.setattr(log_validator, "validate_uncompressed", None)
             results.append(_append(self.logs[2], data, origin))
@@ -267,7 +268,7 @@ def test_native_appends_write_the_index_entries_of_the_general_path(
         data = _ordinary(3, START_MS + step * 10 - (step % 3) * 25)
         logs[0].append(data)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(native_append, "append_uncompressed", None)
+            patch.setattr(native_append, "append_to_segment", None)
             logs[1].append(data)
         if step == 5:  # the lookup columns, built now, are extended by the next appends
             for log in logs:
@@ -335,3 +336,122 @@ def test_corrupt_requests_are_refused_alike_and_write_nothing(
             assert all(log.log_end_offset == 4 for log in twins.logs)
         finally:
             twins.close()
+
+
+# -- the segment's state, case by case ------------------------------------------------------------
+# The native call reads the active segment's state from its Python objects and writes the
+# bookkeeping back (storagecore/records/_segment_append.c). Each case below drives the twins
+# into one rule of that bookkeeping where a mistake shows in the files only after later appends;
+# the spy shows that the native append took the appends it should.
+
+
+def _same_everywhere(twins: _Twins, steps: list[tuple[int, bytes]]) -> None:
+    """Advance the clocks and append, step by step; the three logs agree after each step."""
+    for advance_ms, data in steps:
+        twins.advance(advance_ms)
+        results = twins.append(data, AppendOrigin.CLIENT)
+        assert results[0] == results[1] == results[2]
+        assert not isinstance(results[0], _Refused), results[0]
+        after = list(twins.directories())
+        assert after[0] == after[1] == after[2]
+
+
+def _batch_at(timestamps: list[int], size: int = 50) -> bytes:
+    return build_batch([NewRecord(key=b"k", value=b"v" * size, timestamp=ts) for ts in timestamps])
+
+
+def test_a_time_roll_is_left_to_the_general_path(
+    monkeypatch: pytest.MonkeyPatch, spy: _Spy
+) -> None:
+    """segment.ms measured from the first batch's timestamp: the append whose records pass it
+    rolls (general path) in every log, and the appends before it stay native."""
+    twins = _Twins(LogConfig(segment_ms=1_000), monkeypatch)
+    try:
+        _same_everywhere(
+            twins,
+            [
+                (0, _batch_at([START_MS])),
+                (0, _batch_at([START_MS + 500])),
+                (0, _batch_at([START_MS + 2_000])),  # 2 000 ms after the first: a roll
+                (0, _batch_at([START_MS + 2_100])),
+            ],
+        )
+        assert len(twins.logs[0].segments) == 2
+        assert spy.written == 3  # all but the rolling append
+    finally:
+        twins.close()
+
+
+def test_the_rolling_timestamp_is_the_first_requests_max(
+    monkeypatch: pytest.MonkeyPatch, spy: _Spy
+) -> None:
+    """The first request into a segment sets the timestamp time-based rolling measures from to
+    the request's max timestamp (LogSegment.record_appended), not its first batch's: a later
+    batch 1 500 ms after the first batch but 600 ms after the request's max does not roll."""
+    twins = _Twins(LogConfig(segment_ms=1_000), monkeypatch)
+    try:
+        first = _batch_at([START_MS]) + _batch_at([START_MS + 900])
+        _same_everywhere(twins, [(0, first), (0, _batch_at([START_MS + 1_500]))])
+        assert len(twins.logs[0].segments) == 1
+        assert spy.written == 2
+    finally:
+        twins.close()
+
+
+def test_without_record_timestamps_the_segment_rolls_by_its_age(
+    monkeypatch: pytest.MonkeyPatch, spy: _Spy
+) -> None:
+    """Records without timestamps (-1): time-based rolling measures the segment's age by the
+    clock instead, and the append after segment.ms rolls."""
+    twins = _Twins(LogConfig(segment_ms=1_000), monkeypatch)
+    try:
+        _same_everywhere(
+            twins,
+            [
+                (0, _batch_at([NO_TIMESTAMP])),
+                (600, _batch_at([NO_TIMESTAMP])),
+                (600, _batch_at([NO_TIMESTAMP])),  # 1 200 ms after the segment was made
+            ],
+        )
+        assert len(twins.logs[0].segments) == 2
+        assert spy.written == 2
+    finally:
+        twins.close()
+
+
+def test_index_entries_every_index_interval_bytes(
+    monkeypatch: pytest.MonkeyPatch, spy: _Spy
+) -> None:
+    """Batches of ~190 bytes with index.interval.bytes 300: an entry every second append after
+    the first, which needs the bytes since the last entry counted from the entry's own append."""
+    twins = _Twins(LogConfig(index_interval_bytes=300), monkeypatch)
+    try:
+        _same_everywhere(twins, [(0, _batch_at([START_MS + i], size=100)) for i in range(9)])
+        entries = twins.logs[0].active_segment.offset_index.entries
+        assert entries == twins.logs[1].active_segment.offset_index.entries == 4
+        assert spy.written == 9
+    finally:
+        twins.close()
+
+
+def test_a_reopened_segment_reads_its_state_from_the_files(
+    monkeypatch: pytest.MonkeyPatch, spy: _Spy
+) -> None:
+    """After a close and reopen the segment's next offset, max timestamp and rolling timestamp
+    are not cached yet: the native call has them computed (the segment's own methods) and then
+    decides the time roll as the general path does."""
+    twins = _Twins(LogConfig(segment_ms=1_000), monkeypatch)
+    try:
+        _same_everywhere(twins, [(0, _batch_at([START_MS])), (0, _batch_at([START_MS + 400]))])
+        for i, log in enumerate(twins.logs):
+            log.close()
+            twins.logs[i] = Log.open(log.directory, log.config, twins.clocks[i])
+        _same_everywhere(
+            twins,
+            [(0, _batch_at([START_MS + 800])), (0, _batch_at([START_MS + 1_200]))],  # rolls
+        )
+        assert [len(log.segments) for log in twins.logs] == [2, 2, 2]
+        assert twins.logs[0].log_end_offset == 4
+        assert spy.written == 3
+    finally:
+        twins.close()
