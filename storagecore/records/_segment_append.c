@@ -67,6 +67,40 @@ static PyObject *cached_or_call(PyObject *obj, PyObject *name, PyObject *method)
     return PyObject_CallMethodNoArgs(obj, method);
 }
 
+/* (first, second) as a new tuple (Py_BuildValue's format parsing cost ~900 instructions a call). */
+static PyObject *pair_of(long long first, long long second) {
+    PyObject *a = PyLong_FromLongLong(first);
+    PyObject *b = a == NULL ? NULL : PyLong_FromLongLong(second);
+    if (b == NULL) {
+        Py_XDECREF(a);
+        return NULL;
+    }
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(a);
+        Py_DECREF(b);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, a);
+    PyTuple_SET_ITEM(pair, 1, b);
+    return pair;
+}
+
+/* A new tuple of `n` int64 values. */
+static PyObject *tuple_of(const long long *values, Py_ssize_t n) {
+    PyObject *tuple = PyTuple_New(n);
+    if (tuple == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyLong_FromLongLong(values[i]);
+        if (item == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tuple, i, item);
+    }
+    return tuple;
+}
+
 /* The two int64 items of a (timestamp, offset)-like tuple. */
 static int pair_ll(PyObject *pair, long long *first, long long *second) {
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) < 2) {
@@ -153,7 +187,7 @@ static int last_timestamp(PyObject *time_index, Py_ssize_t entries, long long *o
  * case, by the index itself otherwise. */
 static int entry_counted(PyObject *index, Py_ssize_t entries, int counted_by_index, long long a,
                          long long b) {
-    PyObject *values = Py_BuildValue("(LL)", a, b);
+    PyObject *values = pair_of(a, b);
     if (values == NULL) return -1;
     int done;
     if (counted_by_index) {
@@ -275,7 +309,7 @@ static int active_appended(PyObject *segment, active_t *a, const plan_t *plan, P
     if (plan->max_timestamp > a->max_so_far) {
         a->max_so_far = plan->max_timestamp;
         a->offset_of_max_so_far = plan->offset_of_max;
-        PyObject *entry = Py_BuildValue("(LL)", a->max_so_far, a->offset_of_max_so_far);
+        PyObject *entry = pair_of(a->max_so_far, a->offset_of_max_so_far);
         if (entry == NULL) return -1;
         int done = PyObject_SetAttr(segment, s_max_timestamp, entry);
         Py_DECREF(entry);
@@ -298,8 +332,9 @@ static int active_appended(PyObject *segment, active_t *a, const plan_t *plan, P
 }
 
 static PyObject *written_result(const plan_t *plan, Py_ssize_t size) {
-    return Py_BuildValue("(LLLLLn)", plan->first_offset, plan->last_offset, plan->max_timestamp,
-                         plan->offset_of_max, plan->record_count, size);
+    const long long values[6] = {plan->first_offset,  plan->last_offset,   plan->max_timestamp,
+                                 plan->offset_of_max, plan->record_count, (long long)size};
+    return tuple_of(values, 6);
 }
 
 /* ValidatedRecords' fields; steals `unwritten`. */
