@@ -44,7 +44,7 @@ from storagecore.log_info import (
 )
 from storagecore.log_transactions import LogTransactions
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, validate_and_assign_offsets
-from storagecore.producer_state import ProducerStateManager
+from storagecore.producer_state import PendingAppend, ProducerStateManager
 from storagecore.records.batch import Record, iter_complete_batches
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
@@ -68,8 +68,10 @@ logger = logging.getLogger(__name__)
 # Module constants: an Enum member looked up on its class costs ~40 ns a time.
 _CLIENT = AppendOrigin.CLIENT
 _REPLICATION = AppendOrigin.REPLICATION
-#: The length of a written native append's result (storagecore.native_append.NativeWritten).
+#: The length of a written native append's result (storagecore.native_append.NativeWritten),
+#: and of ValidatedRecords' fields at the head of an unwritten one.
 _WRITTEN_FIELDS = 6
+_VALIDATED_FIELDS = 8
 
 
 class Log(SegmentDeletion):
@@ -250,8 +252,12 @@ class Log(SegmentDeletion):
                         )
                         if done is None:
                             return self._append_locked(data, origin, now_ms, None)
-                        if len(done) != _WRITTEN_FIELDS:  # valid, for the general path
-                            validated = ValidatedRecords(*done)
+                        if len(done) != _WRITTEN_FIELDS:  # valid, not written
+                            validated = ValidatedRecords(*done[:_VALIDATED_FIELDS])
+                            if done[_VALIDATED_FIELDS]:  # kept back only by its producer ids
+                                return self._append_producers(
+                                    segment, fd, validated, origin, now_ms
+                                )
                             return self._append_locked(data, origin, now_ms, validated)
                         # Written by the native append, in this one frame (the common case).
                         first, last, max_timestamp, offset_of_max, records, size = done
@@ -293,21 +299,82 @@ class Log(SegmentDeletion):
     ) -> LogAppendInfo:
         """The general path, Kafka's steps one by one: for what the native append did not
         take (``validated`` None) or handed back validated but unwritten (producers, a roll)."""
-        config = self._local.config
         if validated is None:
             validated = validate_and_assign_offsets(
                 data,
                 tp=self.tp,
-                config=config,
+                config=self._local.config,
                 next_offset=self.log_end_offset,
                 now_ms=now_ms,
                 origin=origin,
                 partition_leader_epoch=self.leader_epoch,
             )
-        size = len(validated.buffer)
         producers = self.producer_state.prepare_append(validated, origin)
+        return self._write_locked(validated, producers, now_ms)
+
+    def _append_producers(
+        self,
+        segment: LogSegment,
+        fd: int,
+        validated: ValidatedRecords,
+        origin: AppendOrigin,
+        now_ms: int,
+    ) -> LogAppendInfo:
+        """Batches with producer ids that the native append validated and found to fit the
+        active ``segment`` (pinned; ``fd`` its ``.log``): the producer checks (a duplicate
+        answers with its original's offsets, a bad sequence raises), then the native write.
+        Markers that complete a transaction (the ``.txnindex``) take the general path's
+        write."""
+        producers = self.producer_state.prepare_append(validated, origin)
+        settings = self._local.native_append
+        write = native_append.write_to_segment  # read per call: tests turn it off
+        if (
+            producers is None
+            or producers.duplicate is not None
+            or producers.completed
+            or settings is None
+            or write is None
+        ):
+            return self._write_locked(validated, producers, now_ms)
+        last = validated.last_offset
+        size = write(
+            settings,
+            segment,
+            fd,
+            validated.buffer,
+            validated.first_offset,
+            last,
+            validated.max_timestamp,
+            validated.shallow_offset_of_max_timestamp,
+            now_ms,
+        )
+        if size is None:  # no longer fits (nothing is expected to change it): the general way
+            return self._write_locked(validated, producers, now_ms)
+        self.producer_state.complete_append(producers, last + 1)
+        local = self._local
+        if last + 1 - local.recovery_point >= local.flush_messages:
+            local.flush(last + 1)
+        return LogAppendInfo(
+            first_offset=validated.first_offset,
+            last_offset=last,
+            max_timestamp=validated.max_timestamp,
+            shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
+            log_append_time=validated.log_append_time,
+            log_start_offset=self._log_start_offset,
+            record_count=validated.record_count,
+            valid_bytes=size,
+        )
+
+    def _write_locked(
+        self, validated: ValidatedRecords, producers: PendingAppend | None, now_ms: int
+    ) -> LogAppendInfo:
+        """The general path's write of validated batches whose producer checks are done: a
+        duplicate's answer, or the roll, the write (and ABORT markers' ``.txnindex``), the
+        producer updates and the flush, one step at a time."""
+        config = self._local.config
         if producers is not None and producers.duplicate is not None:
             return producers.duplicate_info(self._log_start_offset)
+        size = len(validated.buffer)
         if size > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"{self.tp}: append of {size} bytes exceeds segment.bytes={config.segment_bytes}"

@@ -7,8 +7,11 @@ producer ids that fits the active segment without a roll.
 settings; :class:`storagecore.local_log.LocalLog` keeps it, and :meth:`storagecore.log.Log.append`
 makes the call against the active segment, whose state (size, next offset, max timestamp, index
 entries, bytes since the last entry) the call reads from and writes back to the segment's own
-Python objects. What it does not take (a producer id, a roll, a compressed or invalid batch, an
-index entry whose blocks are not reserved) goes to the general path, Kafka's steps one by one
+Python objects. Batches with producer ids it validates and hands back unwritten: once the
+producer state accepted them (Python, :meth:`storagecore.producer_state.ProducerStateManager.
+prepare_append`), :data:`write_to_segment` writes them the same way. What it does not take (a
+roll, a compressed or invalid batch, an index entry whose blocks are not reserved, transaction
+markers that complete a transaction) goes to the general path, Kafka's steps one by one
 (:func:`storagecore.log_validator.validate_and_assign_offsets`,
 :meth:`storagecore.segment.LogSegment.append`), which is the specification: the two must leave
 byte-identical files (``tests/unit/storagecore/test_log_append_native.py``).
@@ -23,8 +26,9 @@ from typing import Final
 
 from storagecore.config import LogConfig
 from storagecore.log_validator import native_append_applies
-from storagecore.records.scan import AppendToSegment
+from storagecore.records.scan import AppendToSegment, WriteToSegment
 from storagecore.records.scan import append_to_segment as _native
+from storagecore.records.scan import write_to_segment as _native_write
 
 NativeAppendSettings = tuple[int, int, bool, int, int, int]
 """segment.bytes, segment.ms, whether the topic is compacted, max.message.bytes,
@@ -35,14 +39,16 @@ NativeWritten = tuple[int, int, int, int, int, int]
 """What a written native append returns: first offset, last offset, max timestamp, the shallow
 offset of the max timestamp, record count, bytes written."""
 
-#: The native call, None without the extension (read per append: tests turn it off).
+#: The native calls, None without the extension (read per append: tests turn them off).
 append_to_segment: AppendToSegment | None = _native
+write_to_segment: WriteToSegment | None = _native_write
 
 __all__: Final = [
     "NativeAppendSettings",
     "NativeWritten",
     "append_to_segment",
     "native_append_settings",
+    "write_to_segment",
 ]
 
 

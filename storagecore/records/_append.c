@@ -194,6 +194,36 @@ PyObject *storagecore_validate_uncompressed(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* `total` bytes of the `n` buffers of `iov` written at *position of `fd` (advanced), going on
+ * after short writes; `iov` is consumed. 0, else errno: then the file is cut back to `start`,
+ * where the append began, so that no partial batch stays behind (a full filesystem), as
+ * FileRecords.append. Runs without the GIL. */
+static int pwritev_all(int fd, long long *position, struct iovec *iov, int n, size_t total,
+                       long long start) {
+    struct iovec *cursor = iov;
+    while (total > 0) {
+        ssize_t written = pwritev(fd, cursor, n, (off_t)*position);
+        if (written <= 0) {
+            if (written < 0 && errno == EINTR) continue;
+            int error = written < 0 ? errno : EIO;
+            if (*position > start) (void)!ftruncate(fd, (off_t)start); /* the write's errno */
+            return error;
+        }
+        *position += written;
+        total -= (size_t)written;
+        while (n > 0 && (size_t)written >= cursor->iov_len) { /* a short write: go on */
+            written -= (ssize_t)cursor->iov_len;
+            cursor++;
+            n--;
+        }
+        if (n > 0) {
+            cursor->iov_base = (uint8_t *)cursor->iov_base + written;
+            cursor->iov_len -= (size_t)written;
+        }
+    }
+    return 0;
+}
+
 /* Write the planned batches at `position`: per batch its rewritten header (from `headers`, or a
  * rewritten copy of the whole batch in `copies` when its CRC changes), then its records from
  * `data`. 0 on success, else errno. Runs without the GIL. */
@@ -218,29 +248,24 @@ static int write_plan(int fd, long long position, const uint8_t *data, const pla
             }
             total += (size_t)planned->size;
         }
-        struct iovec *cursor = iov;
-        while (total > 0) {
-            ssize_t written = pwritev(fd, cursor, n, (off_t)position);
-            if (written <= 0) {
-                if (written < 0 && errno == EINTR) continue;
-                int error = written < 0 ? errno : EIO;
-                /* A short write (a full filesystem) leaves no partial batch behind, as
-                 * FileRecords.append: the file ends at the last complete append again. */
-                if (position > start) (void)!ftruncate(fd, (off_t)start); /* the write's errno */
-                return error;
-            }
-            position += written;
-            total -= (size_t)written;
-            while (n > 0 && (size_t)written >= cursor->iov_len) { /* a short write: go on */
-                written -= (ssize_t)cursor->iov_len;
-                cursor++;
-                n--;
-            }
-            if (n > 0) {
-                cursor->iov_base = (uint8_t *)cursor->iov_base + written;
-                cursor->iov_len -= (size_t)written;
-            }
-        }
+        int error = pwritev_all(fd, &position, iov, n, total, start);
+        if (error != 0) return error;
+    }
+    return 0;
+}
+
+/* The write of an already rewritten request (the native write of batches with producer ids,
+ * checked by the Python producer state first). */
+int append_bytes(const uint8_t *data, Py_ssize_t size, int fd, long long position) {
+    struct iovec one = {(void *)data, (size_t)size};
+    int error;
+    Py_BEGIN_ALLOW_THREADS
+    error = pwritev_all(fd, &position, &one, 1, (size_t)size, position);
+    Py_END_ALLOW_THREADS
+    if (error != 0) {
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
     }
     return 0;
 }

@@ -60,5 +60,8 @@ int index_write(index_update_t *ix, const plan_t *plan, long long base_offset, l
  * written then, or the write cut back). */
 int append_planned(const uint8_t *data, int fd, long long position, const plan_t *plan,
                    const validate_params_t *p);
+/* `size` bytes of `data`, already rewritten, written at `position` of `fd` the same way: 0, or
+ * -1 with an exception set. */
+int append_bytes(const uint8_t *data, Py_ssize_t size, int fd, long long position);
 
 #endif

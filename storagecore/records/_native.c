@@ -80,6 +80,7 @@ PyObject *storagecore_validate_uncompressed(PyObject *self, PyObject *args);
 int storagecore_append_init(PyObject *module);
 /* _segment_append.c */
 PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *storagecore_write_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int storagecore_segment_append_init(void);
 /* _columns.c */
 PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
@@ -123,6 +124,11 @@ static PyMethodDef methods[] = {
      "append_to_segment(settings, segment, fd, data, now_ms, client, replication, leader_epoch): "
      "validate uncompressed batches and append them to the active segment; None means: use the "
      "Python path."},
+    {"write_to_segment", (PyCFunction)(void (*)(void))storagecore_write_to_segment,
+     METH_FASTCALL,
+     "write_to_segment(settings, segment, fd, buffer, first_offset, last_offset, max_timestamp, "
+     "offset_of_max_timestamp, now_ms): write a request append_to_segment validated and handed "
+     "back for its producer ids; None means: use the Python path."},
     {"decode_columns", storagecore_decode_columns, METH_VARARGS,
      "decode_columns(region, position, end, columns, min_offset, max_offset, include_control, "
      "max_output_bytes, decompress) -> (rows, batches, position, problem, buffers, null_counts, "

@@ -83,7 +83,25 @@ def append_to_segment(
     max_timestamp, offset_of_max_timestamp, record_count, bytes_written) when written at the end
     of ``fd`` with its index entries and the segment's bookkeeping; ValidatedRecords' fields
     (the rewritten bytes first) when valid but left to the general path (a producer id, a roll,
-    an index entry not reserved); None: use the Python path, nothing written."""
+    an index entry not reserved), and a ninth field, True when only the producer ids kept it
+    back; None: use the Python path, nothing written."""
+
+def write_to_segment(
+    settings: tuple[int, int, bool, int, int, int],
+    segment: object,
+    fd: int,
+    buffer: bytes | bytearray | memoryview,
+    first_offset: int,
+    last_offset: int,
+    max_timestamp: int,
+    offset_of_max_timestamp: int,
+    now_ms: int,
+    /,
+) -> int | None:
+    """The write of a request ``append_to_segment`` handed back for its producer ids (the
+    rewritten ``buffer`` and its fields), once the producer state accepted it: the bytes
+    written, with the index entries and the segment's bookkeeping; None: it no longer fits
+    without a roll, nothing written."""
 
 def decode_columns(
     region: bytes | bytearray | memoryview,

@@ -23,10 +23,14 @@
  *   Returns (first_offset, last_offset, max_timestamp, offset_of_max_timestamp, record_count,
  *   bytes_written) when written; the fields of storagecore.log_validator.ValidatedRecords
  *   (rewritten bytes, first, last, max timestamp, its offset, records, batches, -1) when the
- *   request is valid but needs the general path (a producer id, a roll, an index entry whose
- *   blocks are not reserved yet); None when nothing is decided (compressed or invalid batches, a
- *   request that does not fit the segment): the caller validates with the Python reference.
+ *   request is valid but not written (a producer id, a roll, an index entry whose blocks are not
+ *   reserved yet), and a ninth, True when only its producer ids kept it back; None when nothing
+ *   is decided (compressed or invalid batches, a request that does not fit the segment): the
+ *   caller validates with the Python reference.
  *   Nothing is written unless the whole request is.
+ *
+ * write_to_segment: the write half, for a request append_to_segment handed back only because of
+ *   its producer ids (see below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -337,12 +341,23 @@ static PyObject *written_result(const plan_t *plan, Py_ssize_t size) {
     return tuple_of(values, 6);
 }
 
-/* ValidatedRecords' fields; steals `unwritten`. */
-static PyObject *unwritten_result(const plan_t *plan, PyObject *unwritten) {
+/* ValidatedRecords' fields, then whether write_to_segment can write them (only the producer
+ * ids kept the request from being written); steals `unwritten`. */
+static PyObject *unwritten_result(const plan_t *plan, PyObject *unwritten, int producers_only) {
     if (unwritten == NULL) return NULL;
-    return Py_BuildValue("(NLLLLLni)", unwritten, plan->first_offset, plan->last_offset,
+    return Py_BuildValue("(NLLLLLniO)", unwritten, plan->first_offset, plan->last_offset,
                          plan->max_timestamp, plan->offset_of_max, plan->record_count,
-                         plan->count, -1);
+                         plan->count, -1, producers_only ? Py_True : Py_False);
+}
+
+/* 1 when the planned request fits the active segment as prepared (no roll by time, offsets
+ * addressable from the segment's base, the index entries it is due ready: index_prepare). */
+static int plan_fits(const plan_t *plan, const active_t *a, long long limit, index_update_t *ix) {
+    long long relative;
+    return plan->max_timestamp <= limit &&
+           !__builtin_sub_overflow(plan->last_offset, a->base_offset, &relative) &&
+           relative >= 0 && relative <= INT32_MAX && plan->first_offset >= a->base_offset &&
+           index_prepare(ix, plan);
 }
 
 /* 1 and the checks passed before validating (the request fits, no roll is due whatever it holds,
@@ -437,15 +452,11 @@ PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, P
         result = Py_NewRef(Py_None);
         goto done;
     }
-    long long relative;
-    int writes = !plan.has_producer && plan.max_timestamp <= limit &&
-                 !__builtin_sub_overflow(plan.last_offset, a.base_offset, &relative) &&
-                 relative >= 0 && relative <= INT32_MAX && plan.first_offset >= a.base_offset &&
-                 index_prepare(&ix, &plan);
-    if (!writes) {
+    int fits = plan_fits(&plan, &a, limit, &ix);
+    if (!fits || plan.has_producer) {
         PyObject *out = PyByteArray_FromStringAndSize((const char *)buf, data.len);
         if (out != NULL) apply_plan((uint8_t *)PyByteArray_AS_STRING(out), &plan, &p);
-        result = unwritten_result(&plan, out);
+        result = unwritten_result(&plan, out, fits);
         goto done;
     }
     if (append_planned(buf, (int)fd, a.position, &plan, &p) < 0) goto done;
@@ -455,6 +466,63 @@ PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, P
 done:
     index_release(&ix);
     plan_release(&plan);
+    if (data.obj != NULL) PyBuffer_Release(&data);
+    active_release(&a);
+    return result;
+}
+
+/* write_to_segment(settings, segment, fd, buffer, first_offset, last_offset, max_timestamp,
+ *                  offset_of_max_timestamp, now_ms)
+ *   The write half of append_to_segment for a request it validated and handed back because of
+ *   its producer ids (its ninth field True), once the Python producer state accepted it:
+ *   `buffer` is the rewritten request it returned, the offsets and timestamps its fields. The
+ *   segment's state is read and checked again as append_to_segment does (nothing need have
+ *   changed, but nothing is assumed); returns the bytes written, or None when the request no
+ *   longer fits without a roll (nothing written: the general path writes it). */
+PyObject *storagecore_write_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "write_to_segment takes 9 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *segment = args[1];
+    long long settings[6], now_ms;
+    plan_t plan = {0};
+    plan.batches = &plan.one;
+    if (settings_of(args[0], settings) < 0) return NULL;
+    long fd = PyLong_AsLong(args[2]);
+    if (fd == -1 && PyErr_Occurred()) return NULL;
+    if (fd < 0 || fd > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "write_to_segment: fd out of range");
+        return NULL;
+    }
+    long long *fields[5] = {&plan.first_offset, &plan.last_offset, &plan.max_timestamp,
+                            &plan.offset_of_max, &now_ms};
+    for (int i = 0; i < 5; i++) {
+        *fields[i] = PyLong_AsLongLong(args[4 + i]);
+        if (*fields[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    active_t a = {0};
+    index_update_t ix;
+    ix.offset_view.obj = ix.time_view.obj = NULL;
+    Py_buffer data;
+    data.obj = NULL;
+    PyObject *result = NULL;
+    long long limit;
+    if (active_read(segment, &a) < 0 || PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0)
+        goto done;
+    const uint8_t *buf = (const uint8_t *)data.buf;
+    int prepared = active_prepare(segment, &a, settings, data.len, buf, now_ms, &limit, &ix);
+    if (prepared < 0) goto done;
+    if (prepared == 0 || !plan_fits(&plan, &a, limit, &ix)) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (append_bytes(buf, data.len, (int)fd, a.position) < 0) goto done;
+    int indexed = index_write(&ix, &plan, a.base_offset, a.position);
+    if (active_appended(segment, &a, &plan, data.len, indexed, ix.bytes_since) == 0)
+        result = PyLong_FromSsize_t(data.len);
+done:
+    index_release(&ix);
     if (data.obj != NULL) PyBuffer_Release(&data);
     active_release(&a);
     return result;

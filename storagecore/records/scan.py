@@ -31,13 +31,22 @@ ValidateUncompressed = Callable[
 ]
 #: (settings, segment, fd, data, now_ms, client, replication, leader_epoch) ->
 #:  (first, last, max_ts, offset_of_max, records, bytes written) when written (six ints),
-#:  ValidatedRecords' eight fields when valid but left to the general path, or None; see
+#:  ValidatedRecords' eight fields and whether only producer ids kept it back when valid but
+#:  not written, or None; see
 #:  storagecore/records/_segment_append.c. ``segment`` is the active LogSegment (a layer above
 #:  this module, hence ``object``).
 AppendToSegment = Callable[
     [tuple[int, int, bool, int, int, int], object, int, bytes | bytearray | memoryview, int, bool,
      bool, int],
     tuple[Any, ...] | None,
+]  # fmt: skip
+#: (settings, segment, fd, buffer, first_offset, last_offset, max_timestamp,
+#:  offset_of_max_timestamp, now_ms) -> bytes written, or None (nothing written); see
+#:  storagecore/records/_segment_append.c.
+WriteToSegment = Callable[
+    [tuple[int, int, bool, int, int, int], object, int, bytes | bytearray | memoryview, int, int,
+     int, int, int],
+    int | None,
 ]  # fmt: skip
 
 
@@ -50,6 +59,9 @@ validate_uncompressed: Final[ValidateUncompressed | None] = (
 append_to_segment: Final[AppendToSegment | None] = (
     None if _NATIVE is None else _NATIVE.append_to_segment
 )
+write_to_segment: Final[WriteToSegment | None] = (
+    None if _NATIVE is None else _NATIVE.write_to_segment
+)
 #: "c" or "python": which implementation this process uses (tests assert it).
 IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
 
@@ -59,4 +71,5 @@ __all__ = [
     "append_to_segment",
     "scan_records",
     "validate_uncompressed",
+    "write_to_segment",
 ]

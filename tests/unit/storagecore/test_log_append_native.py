@@ -26,12 +26,14 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from storagecore import (
+    ControlType,
     Log,
     LogConfig,
     ManualClock,
     NewRecord,
     StorageError,
     build_batch,
+    build_control_batch,
     log_validator,
     native_append,
 )
@@ -39,7 +41,7 @@ from storagecore.log_validator import AppendOrigin
 from storagecore.records import layout
 from storagecore.records.crc import crc32c
 from storagecore.records.layout import NO_TIMESTAMP
-from storagecore.records.scan import append_to_segment
+from storagecore.records.scan import append_to_segment, write_to_segment
 from tests.conftest import START_MS
 
 pytestmark = pytest.mark.skipif(append_to_segment is None, reason="native speed-up not built")
@@ -65,6 +67,27 @@ class _Spy:
 def spy(monkeypatch: pytest.MonkeyPatch) -> _Spy:
     spy = _Spy()
     monkeypatch.setattr(native_append, "append_to_segment", spy)
+    return spy
+
+
+class _WriteSpy:
+    """Calls the real write_to_segment (batches with producer ids) and counts its writes."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def __call__(self, *args: Any) -> Any:
+        assert write_to_segment is not None
+        result = write_to_segment(*args)
+        if result is not None:
+            self.written += 1
+        return result
+
+
+@pytest.fixture
+def write_spy(monkeypatch: pytest.MonkeyPatch) -> _WriteSpy:
+    spy = _WriteSpy()
+    monkeypatch.setattr(native_append, "write_to_segment", spy)
     return spy
 
 
@@ -293,21 +316,73 @@ def test_native_appends_write_the_index_entries_of_the_general_path(
     assert _files(tmp_path / "n" / "topic-0") == _files(tmp_path / "g" / "topic-0")
 
 
-def test_producer_batches_and_rolls_take_the_general_path(tmp_path: Path, spy: _Spy) -> None:
+def test_producer_batches_are_written_natively_after_the_producer_checks(
+    tmp_path: Path, spy: _Spy, write_spy: _WriteSpy
+) -> None:
+    """Idempotent batches: validated by append_to_segment, checked by the producer state, then
+    written by write_to_segment; a retried batch answers with its original's offsets and
+    writes nothing; a sequence gap is refused and writes nothing; a roll takes the general
+    path."""
     clock = ManualClock(START_MS)
     log = Log.open(tmp_path / "topic-0", LogConfig(segment_bytes=1_000), clock)
     idempotent = _ordinary(3, START_MS, producer_id=9, producer_epoch=0, base_sequence=0)
     first = log.append(idempotent)
-    assert spy.calls == 1 and spy.written == 0  # validated natively, written by the general path
+    assert (spy.calls, spy.written, write_spy.written) == (1, 0, 1)
     duplicate = log.append(idempotent)
     assert (duplicate.first_offset, duplicate.last_offset) == (first.first_offset, 2)
-    assert log.log_end_offset == 3
-    log.append(_ordinary(12, START_MS))  # 238 + 771 bytes > 1000: rolls on the general path
+    assert log.log_end_offset == 3 and write_spy.written == 1
+    size = log.size_bytes
+    gap = _ordinary(1, START_MS, producer_id=9, producer_epoch=0, base_sequence=7)
+    with pytest.raises(StorageError, match="sequence"):
+        log.append(gap)
+    assert log.size_bytes == size and log.log_end_offset == 3 and write_spy.written == 1
+    follow = _ordinary(1, START_MS, producer_id=9, producer_epoch=0, base_sequence=3)
+    log.append(follow)
+    assert write_spy.written == 2 and log.producer_state.producers[9].last_sequence == 3
+    log.append(_ordinary(12, START_MS))  # 358 + 771 bytes > 1000: rolls on the general path
     assert len(log.segments) == 2 and spy.written == 0
     log.append(_ordinary(1, START_MS))  # 771 + 120 bytes fit the new segment
     assert spy.written == 1
-    assert log.producer_state.producers[9].last_sequence == 2
+    assert [r.offset for r in log.records()] == list(range(17))
     log.close()
+
+
+def test_transactions_and_their_markers_match_the_general_path(
+    monkeypatch: pytest.MonkeyPatch, write_spy: _WriteSpy
+) -> None:
+    """Transactional batches take the native write; the markers that end a transaction (an
+    ABORT indexes it in the .txnindex) take the general path's; the files, the answers and the
+    producer state agree with the general path's and the pure-Python one's."""
+    twins = _Twins(LogConfig(), monkeypatch)
+    try:
+        for pid, control in ((5, ControlType.ABORT), (6, ControlType.COMMIT)):
+            for seq in (0, 2):
+                data = _ordinary(
+                    2,
+                    START_MS,
+                    producer_id=pid,
+                    producer_epoch=0,
+                    base_sequence=seq,
+                    is_transactional=True,
+                )
+                results = twins.append(data, AppendOrigin.CLIENT)
+                assert results[0] == results[1] == results[2]
+            end = build_control_batch(
+                control, producer_id=pid, producer_epoch=0, coordinator_epoch=0, timestamp=START_MS
+            )
+            results = twins.append(end, AppendOrigin.COORDINATOR)
+            assert results[0] == results[1] == results[2]
+            after = list(twins.directories())
+            assert after[0] == after[1] == after[2]
+        assert write_spy.written == 4  # the transactional data; not the markers
+        states = [log.producer_state.producers for log in twins.logs]
+        assert states[0] == states[1] == states[2]
+        assert twins.logs[0].aborted_transactions(0, 100) == twins.logs[1].aborted_transactions(
+            0, 100
+        )
+        assert len(twins.logs[0].aborted_transactions(0, 100)) == 1
+    finally:
+        twins.close()
 
 
 @pytest.mark.parametrize(
