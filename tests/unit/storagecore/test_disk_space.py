@@ -84,27 +84,42 @@ def test_a_failed_write_holds_until_space_is_freed_or_the_retry_time_passed(
     assert not space.reading(now_ms=100 + disk_space.FULL_RETRY_MS).under_floor
 
 
-def records(n: int, start: int = 0) -> bytes:
+def records(n: int, start: int = 0, *, producer: bool = False) -> bytes:
+    """``n`` records from key ``start``; with ``producer``, an idempotent producer's batch whose
+    sequence is ``start`` (its batches written by the native producer write)."""
+    ids = {"producer_id": 3, "producer_epoch": 0, "base_sequence": start} if producer else {}
     return build_batch(
         [
             NewRecord(key=b"k%d" % i, value=b"v" * 200, timestamp=1_700_000_000_000)
             for i in range(start, start + n)
-        ]
+        ],
+        **ids,
     )
 
 
-@pytest.mark.parametrize("where", ["pwrite", "fallocate", "native write"])
+@pytest.mark.parametrize(
+    ("where", "producer"),
+    [
+        ("pwrite", False),
+        ("fallocate", False),
+        ("native write", False),
+        ("native write", True),  # write_to_segment, after the producer checks
+    ],
+)
 def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, producer: bool
 ) -> None:
+    """A full disk fails the append with nothing written (the file cut back to where it was),
+    the directory stays online, and the same append succeeds once there is space (an
+    idempotent producer's retry too: its failed batch left no trace in the producer state)."""
     config = LogConfig(index_interval_bytes=1, segment_bytes=1 << 20)
     with LogManager(
         [tmp_path], default_config=config, clock=ManualClock(1_700_000_000_000)
     ) as manager:
         tp = TopicPartition("t", 0)
         log = manager.get_or_create_log(tp)
-        log.append(records(5))
-        log.append(records(5, 5))  # the next append writes index entries
+        log.append(records(5, producer=producer))
+        log.append(records(5, 5, producer=producer))  # the next append writes index entries
         segment = log.active_segment
         size, end = segment.size_bytes, log.log_end_offset
         real_pwrite, real_fallocate = os.pwrite, os.posix_fallocate
@@ -132,8 +147,18 @@ def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
             full = os.open("/dev/full", os.O_WRONLY)
             os.dup2(full, log_fd)
             os.close(full)
+        native_writes: list[object] = []
+        real_write = native_append.write_to_segment
+        if producer and real_write is not None:  # the failing write must be the native one
+
+            def counted_write(*args: Any) -> Any:
+                native_writes.append(args)
+                return real_write(*args)
+
+            monkeypatch.setattr(native_append, "write_to_segment", counted_write)
         with pytest.raises(LogDirFullError, match="nothing was written"):
-            log.append(records(5, 10))
+            log.append(records(5, 10, producer=producer))
+        assert len(native_writes) == (1 if producer and real_write is not None else 0)
         if saved_fd >= 0:
             os.dup2(saved_fd, log_fd)
             os.close(saved_fd)
@@ -144,7 +169,7 @@ def test_an_append_that_finds_no_space_leaves_nothing_and_the_dir_online(
         assert manager.disk_space[tmp_path.resolve()].reading(fresh=True).under_floor
         monkeypatch.setattr(os, "pwrite", real_pwrite)
         monkeypatch.setattr(os, "posix_fallocate", real_fallocate)
-        info = log.append(records(5, 10))
+        info = log.append(records(5, 10, producer=producer))
         assert info.first_offset == end
         fetched = log.read(0, 1 << 20).records
         offsets = [r.offset for _, b in iter_complete_batches(fetched) for r in b.records()]
