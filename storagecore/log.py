@@ -336,34 +336,20 @@ class Log(SegmentDeletion):
             or write is None
         ):
             return self._write_locked(validated, producers, now_ms)
-        last = validated.last_offset
         size = write(
             settings,
             segment,
             fd,
             validated.buffer,
             validated.first_offset,
-            last,
+            validated.last_offset,
             validated.max_timestamp,
             validated.shallow_offset_of_max_timestamp,
             now_ms,
         )
         if size is None:  # no longer fits (nothing is expected to change it): the general way
             return self._write_locked(validated, producers, now_ms)
-        self.producer_state.complete_append(producers, last + 1)
-        local = self._local
-        if last + 1 - local.recovery_point >= local.flush_messages:
-            local.flush(last + 1)
-        return LogAppendInfo(
-            first_offset=validated.first_offset,
-            last_offset=last,
-            max_timestamp=validated.max_timestamp,
-            shallow_offset_of_max_timestamp=validated.shallow_offset_of_max_timestamp,
-            log_append_time=validated.log_append_time,
-            log_start_offset=self._log_start_offset,
-            record_count=validated.record_count,
-            valid_bytes=size,
-        )
+        return self._appended(validated, producers, size)
 
     def _write_locked(
         self, validated: ValidatedRecords, producers: PendingAppend | None, now_ms: int
@@ -383,9 +369,18 @@ class Log(SegmentDeletion):
             size, validated.first_offset, validated.last_offset, validated.max_timestamp, now_ms
         )
         self._txns.append(segment, validated, producers)  # and ABORT markers' .txnindex
-        self.producer_state.complete_append(producers, validated.last_offset + 1)
-        if validated.last_offset + 1 - self._local.recovery_point >= config.flush_messages:
-            self._local.flush(validated.last_offset + 1)
+        return self._appended(validated, producers, size)
+
+    def _appended(
+        self, validated: ValidatedRecords, producers: PendingAppend | None, size: int
+    ) -> LogAppendInfo:
+        """After the write of ``validated`` (``size`` bytes): the producer updates, the flush
+        that ``flush.messages`` asks for, the answer."""
+        next_offset = validated.last_offset + 1
+        self.producer_state.complete_append(producers, next_offset)
+        local = self._local
+        if next_offset - local.recovery_point >= local.flush_messages:
+            local.flush(next_offset)
         return LogAppendInfo(
             first_offset=validated.first_offset,
             last_offset=validated.last_offset,

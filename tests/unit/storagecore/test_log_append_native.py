@@ -102,10 +102,12 @@ class _Refused:
 
 
 def _append(log: Log, data: bytes, origin: AppendOrigin) -> object:
+    """The append's answer, or its refusal with the message as the log's own directory does not
+    matter in it (each twin has its own: an error that names a segment file names it there)."""
     try:
         return log.append(data, origin=origin)
     except StorageError as exc:
-        return _Refused(type(exc).__name__, str(exc))
+        return _Refused(type(exc).__name__, str(exc).replace(str(log.directory), "<log dir>"))
 
 
 class _Twins:
