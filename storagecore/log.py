@@ -1,8 +1,9 @@
 """One partition's log as its users see it (Kafka's UnifiedLog; there is one replica, so the
 high watermark is the log end offset): append, read, offsets by time, the log start offset,
 producer and transaction state, retention, bulk appends. The log start offset, retention and
-segment deletion are written in :class:`storagecore.segment_deletion.SegmentDeletion`, the base
-class of :class:`Log`; the native append in :mod:`storagecore.native_append`.
+segment deletion are written in :class:`storagecore.segment_deletion.SegmentDeletion` and the
+reads in :class:`storagecore.log_reads.LogReads`, the base classes of :class:`Log`; the native
+append in :mod:`storagecore.native_append`.
 
 The segment list and the protocols that change the directory's files (roll, delete, swap) are
 :class:`storagecore.local_log.LocalLog`'s; a Log owns one and holds the lock it needs.
@@ -20,19 +21,17 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from storagecore import files, native_append
 from storagecore.clock import Clock
 from storagecore.config import LogConfig, TopicPartition
 from storagecore.errors import (
-    OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     ResourceExhaustedError,
 )
 from storagecore.file_cache import FileCache
-from storagecore.index import TimestampOffset
 from storagecore.loader import load_log
 from storagecore.local_log import IoErrorCallback, LocalLog
 from storagecore.log_info import (
@@ -42,11 +41,10 @@ from storagecore.log_info import (
     FetchResult,
     LogAppendInfo,
 )
+from storagecore.log_reads import LogReads
 from storagecore.log_transactions import LogTransactions
 from storagecore.log_validator import AppendOrigin, ValidatedRecords, validate_and_assign_offsets
 from storagecore.producer_state import PendingAppend, ProducerStateManager
-from storagecore.records.batch import Record, iter_complete_batches
-from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.roll_flush import FlushScheduler, roll_and_schedule_flush
 from storagecore.roll_params import RollParams, should_roll
 from storagecore.segment import LogSegment
@@ -74,7 +72,7 @@ _WRITTEN_FIELDS = 6
 _VALIDATED_FIELDS = 8
 
 
-class Log(SegmentDeletion):
+class Log(SegmentDeletion, LogReads):
     def __init__(
         self,
         directory: Path,
@@ -426,113 +424,6 @@ class Log(SegmentDeletion):
         recovery point to it."""
         with self._lock, self._local.io(f"flush {self.tp}"):
             self._local.flush(self.log_end_offset if offset is None else offset)
-
-    # -- read ----------------------------------------------------------------------------------
-    def read(
-        self,
-        start_offset: int,
-        max_bytes: int,
-        *,
-        min_one_message: bool = True,
-        max_offset: int | None = None,
-        region_min_bytes: int | None = None,
-    ) -> FetchResult:
-        """Whole batches from the one holding ``start_offset`` (Kafka ``UnifiedLog.read``).
-
-        Raises :class:`OffsetOutOfRangeError` outside ``[log start, log end]``. At the log end
-        the result is empty. ``max_offset`` bounds what is exposed (an isolation level). A
-        read of at least ``region_min_bytes`` (None: never) is returned as a
-        :class:`FileRegion` for ``sendfile`` (Kafka's zero-copy fetch path).
-        """
-        with self._lock:
-            self._local.check_usable()
-            for attempt in (1, 2):
-                try:
-                    return self._read_locked(
-                        start_offset, max_bytes, min_one_message, max_offset, region_min_bytes
-                    )
-                except OSError as exc:
-                    error = self._local.io_failed(f"read from {self.tp}", exc)
-                    if attempt == 2 or not isinstance(error, ResourceExhaustedError):
-                        raise error from exc
-                    # A resource error: the cache shed idle files; a read is tried again.
-            raise AssertionError("unreachable")
-
-    def _read_locked(
-        self,
-        start_offset: int,
-        max_bytes: int,
-        min_one_message: bool,
-        max_offset: int | None,
-        region_min_bytes: int | None,
-    ) -> FetchResult:
-        log_end = self.log_end_offset
-        if start_offset < self._log_start_offset or start_offset > log_end:
-            raise OffsetOutOfRangeError(
-                f"{self.tp}: offset {start_offset} is outside [{self._log_start_offset}, {log_end}]"
-            )
-        upper = log_end if max_offset is None else min(max_offset, log_end)
-        data = (
-            None
-            if start_offset >= upper
-            else self._local.read(start_offset, max_bytes, upper, min_one_message, region_min_bytes)
-        )
-        if data is None:
-            return FetchResult(
-                b"", start_offset, self._log_start_offset, log_end, log_end, False, start_offset
-            )
-        next_offset = data.next_offset
-        return FetchResult(
-            data.records,
-            start_offset,
-            self._log_start_offset,
-            log_end,
-            log_end,
-            data.first_entry_incomplete,
-            start_offset if next_offset < 0 else next_offset,
-            data.region,
-        )
-
-    def records(
-        self,
-        start_offset: int | None = None,
-        end_offset: int | None = None,
-        *,
-        include_control: bool = False,
-        fetch_bytes: int = 1 << 20,
-    ) -> Iterator[Record]:
-        """Every record in ``[start_offset, end_offset)``, decoded (a convenience over read)."""
-        offset = self._log_start_offset if start_offset is None else start_offset
-        end = self.log_end_offset if end_offset is None else end_offset
-        while offset < end:
-            fetch = self.read(offset, fetch_bytes)
-            if not fetch.records:
-                return
-            advanced = offset
-            for _, batch in iter_complete_batches(fetch.records):
-                batch.validate()
-                if include_control or not batch.is_control:
-                    for record in batch.records():
-                        if offset <= record.offset < end:
-                            yield record
-                advanced = batch.next_offset
-            if advanced <= offset:
-                raise AssertionError(f"{self.tp}: read at {offset} made no progress")
-            offset = advanced
-
-    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
-        """Kafka ListOffsets: -2 earliest, -1 latest, -3 max timestamp, else the first record
-        with a timestamp >= ``timestamp``. None when no record qualifies."""
-        with self._lock, self._local.io(f"offset lookup in {self.tp}"):
-            if timestamp == EARLIEST_TIMESTAMP:
-                return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
-            if timestamp == LATEST_TIMESTAMP:
-                return TimestampOffset(NO_TIMESTAMP, self.log_end_offset)
-            if timestamp == MAX_TIMESTAMP:
-                return self._local.find_max_timestamp(self._log_start_offset)
-            if timestamp < 0:
-                raise ValueError(f"{self.tp}: invalid target timestamp {timestamp}")
-            return self._local.find_offset_by_timestamp(timestamp, self._log_start_offset)
 
     # -- producers and transactions ---------------------------------------------------------
     def transaction_state(self) -> TransactionState:
