@@ -305,6 +305,17 @@ class KafkaServer:
         segment file to the socket on plaintext connections (zero copy, as Kafka's
         ``FileRecords.writeTo``), a read-and-write fallback on TLS ones.
         """
+        parts = response.parts
+        chunks = [part for part in parts if not isinstance(part, FileRegion)]
+        if len(chunks) == len(parts):
+            # The common case (every answer but a large Fetch's): one write, and a drain (with
+            # its timer) only when the kernel did not take it all. A write of ~60 bytes took
+            # 10-15 us more with the timeout and the drain around it.
+            writer.write(b"".join([response.size.to_bytes(4, "big"), *chunks]))
+            if writer.transport.get_write_buffer_size():
+                async with asyncio.timeout(self.settings.request_timeout_ms / 1000):
+                    await writer.drain()
+            return response.size + 4
         timeout_s = self.settings.request_timeout_ms / 1000
         loop = asyncio.get_running_loop()
         tls = writer.get_extra_info("sslcontext") is not None
