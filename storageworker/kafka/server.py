@@ -33,6 +33,7 @@ from storagecore.records.file_records import FileRegion
 from storageworker.kafka import admin_topics, apis, messages
 from storageworker.kafka.broker import WorkerBroker
 from storageworker.kafka.counters import Histogram, KafkaCounters
+from storageworker.kafka.deadline import ReadDeadline
 from storageworker.kafka.groups import GroupCoordinator
 from storageworker.kafka.listener_settings import ListenerSettings
 from storageworker.kafka.offset_records import OFFSETS_TOPIC
@@ -255,13 +256,19 @@ class KafkaServer:
         session = _Session(peer, authenticated=settings.sasl_users is None)
         request_timeout_s = settings.request_timeout_ms / 1000
         idle_timeout_s = settings.idle_timeout_ms / 1000
+        # Neither wait_for (a task per read: a tenth of the loop's time under the Java
+        # producer) nor asyncio.timeout (two timer handles per request): one timer per
+        # connection, and each read sets its deadline (deadline.py).
+        deadline = ReadDeadline(
+            asyncio.get_running_loop(),
+            asyncio.current_task(),
+            min(request_timeout_s, idle_timeout_s),
+        )
         try:
             while True:
-                # asyncio.timeout, not wait_for: wait_for wraps each read in a task of its own,
-                # two per request, a tenth of the loop's time under the Java producer.
+                deadline.arm(idle_timeout_s)
                 try:
-                    async with asyncio.timeout(idle_timeout_s):
-                        header = await reader.readexactly(4)
+                    header = await reader.readexactly(4)
                 except asyncio.IncompleteReadError:
                     return  # the client closed the connection
                 size = frame_size(header)
@@ -269,8 +276,9 @@ class KafkaServer:
                     counters.malformed_requests += 1
                     logger.warning("Kafka request from %s of %d bytes refused", peer, size)
                     return
-                async with asyncio.timeout(request_timeout_s):
-                    payload = await reader.readexactly(size)
+                deadline.arm(request_timeout_s)
+                payload = await reader.readexactly(size)
+                deadline.disarm()
                 counters.bytes_in += size + 4
                 response = await self._answer(payload, session)
                 if response is not None:
@@ -284,6 +292,10 @@ class KafkaServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         except asyncio.CancelledError:
+            if deadline.expired:  # a read's deadline passed: the deadline cancelled the task
+                counters.timed_out_connections += 1
+                logger.info("Kafka connection from %s closed: timed out", peer)
+                return
             # The listener is stopping (stop() cancels every task): the connection ends here
             # and is closed below. The handler returns instead of ending cancelled, which
             # asyncio's stream callback would log as an error with a traceback, one per
@@ -294,6 +306,7 @@ class KafkaServer:
             counters.malformed_requests += 1
             logger.warning("Malformed Kafka request from %s: %s", peer, exc)
         finally:
+            deadline.close()
             counters.open_connections -= 1
             writer.close()
 
