@@ -34,6 +34,7 @@ from storageworker.kafka import admin_topics, apis, messages
 from storageworker.kafka.broker import WorkerBroker
 from storageworker.kafka.counters import Histogram, KafkaCounters
 from storageworker.kafka.deadline import ReadDeadline
+from storageworker.kafka.framing import HeldAnswers, IncomingFrames
 from storageworker.kafka.groups import GroupCoordinator
 from storageworker.kafka.listener_settings import ListenerSettings
 from storageworker.kafka.offset_records import OFFSETS_TOPIC
@@ -41,7 +42,7 @@ from storageworker.kafka.sasl import AuthenticationError, Authenticator
 from storageworker.kafka.schema import decode, encode
 from storageworker.kafka.transaction_coordinator import TransactionCoordinator
 from storageworker.kafka.transaction_state import TRANSACTION_STATE_TOPIC
-from storageworker.kafka.wire import ProtocolError, Reader, Writer, frame_size
+from storageworker.kafka.wire import ProtocolError, Reader, Writer
 from storageworker.worker import Worker
 
 logger = logging.getLogger(__name__)
@@ -264,26 +265,35 @@ class KafkaServer:
             asyncio.current_task(),
             min(request_timeout_s, idle_timeout_s),
         )
+        frames, held = IncomingFrames(reader), HeldAnswers()
         try:
             while True:
-                deadline.arm(idle_timeout_s)
-                try:
-                    header = await reader.readexactly(4)
-                except asyncio.IncompleteReadError:
-                    return  # the client closed the connection
-                size = frame_size(header)
+                if not frames.buffered(4):
+                    await self._write_held(writer, held)  # never held while waiting
+                    deadline.arm(idle_timeout_s)
+                    if not await frames.fill(4):
+                        return  # the client closed the connection
+                    deadline.disarm()
+                size = frames.next_size()
                 if size > settings.max_request_bytes or size < 8:
                     counters.malformed_requests += 1
                     logger.warning("Kafka request from %s of %d bytes refused", peer, size)
                     return
-                deadline.arm(request_timeout_s)
-                payload = await reader.readexactly(size)
-                deadline.disarm()
+                if not frames.buffered(4 + size):
+                    await self._write_held(writer, held)
+                    deadline.arm(request_timeout_s)
+                    if not await frames.fill(4 + size):
+                        return  # closed in the middle of a request
+                    deadline.disarm()
+                payload = frames.take(size)
                 counters.bytes_in += size + 4
                 response = await self._answer(payload, session)
-                if response is not None:
-                    sent = await self._send(writer, response)
-                    counters.bytes_out += sent
+                if response is None:
+                    pass
+                elif held.may_hold(payload, response, frames):
+                    counters.bytes_out += held.hold(response)
+                else:
+                    counters.bytes_out += await self._send(writer, response, held.take())
                 if session.close_after:
                     return
         except TimeoutError:
@@ -308,11 +318,22 @@ class KafkaServer:
         finally:
             deadline.close()
             counters.open_connections -= 1
+            held.write_to(writer)  # answers to requests served: sent before the close
             writer.close()
 
-    async def _send(self, writer: asyncio.StreamWriter, response: Writer) -> int:
-        """Write a framed response; a client that does not take all of it within
-        ``request_timeout_ms`` is dropped.
+    async def _write_held(self, writer: asyncio.StreamWriter, held: HeldAnswers) -> None:
+        """Write the held answers, drained (as :meth:`_send` does) when the kernel did not
+        take them all: a client that sends and never reads is still timed out."""
+        if not held.count:
+            return
+        held.write_to(writer)
+        if writer.transport.get_write_buffer_size():
+            async with asyncio.timeout(self.settings.request_timeout_ms / 1000):
+                await writer.drain()
+
+    async def _send(self, writer: asyncio.StreamWriter, response: Writer, held: list[bytes]) -> int:
+        """Write a framed response after the ``held`` ones (bytes of earlier framed answers);
+        a client that does not take all of it within ``request_timeout_ms`` is dropped.
 
         File regions (fetched records) go with ``loop.sendfile``: ``os.sendfile`` from the
         segment file to the socket on plaintext connections (zero copy, as Kafka's
@@ -324,7 +345,7 @@ class KafkaServer:
             # The common case (every answer but a large Fetch's): one write, and a drain (with
             # its timer) only when the kernel did not take it all. A write of ~60 bytes took
             # 10-15 us more with the timeout and the drain around it.
-            writer.write(b"".join([response.size.to_bytes(4, "big"), *chunks]))
+            writer.write(b"".join([*held, response.size.to_bytes(4, "big"), *chunks]))
             if writer.transport.get_write_buffer_size():
                 async with asyncio.timeout(self.settings.request_timeout_ms / 1000):
                     await writer.drain()
@@ -332,7 +353,7 @@ class KafkaServer:
         timeout_s = self.settings.request_timeout_ms / 1000
         loop = asyncio.get_running_loop()
         tls = writer.get_extra_info("sslcontext") is not None
-        pending: list[bytes] = [response.size.to_bytes(4, "big")]
+        pending: list[bytes] = [*held, response.size.to_bytes(4, "big")]
         try:
             async with asyncio.timeout(timeout_s):  # the whole response, one timer
                 for part in response.parts:
