@@ -134,6 +134,9 @@ class Broker(Protocol):
     def partitions(self) -> dict[str, int]:
         """Topic name → partition count of every topic this worker serves."""
 
+    def partition_count(self, topic: str) -> int:
+        """``partitions().get(topic, 0)``, without looking at the other topics."""
+
     def is_internal(self, topic: str) -> bool: ...
 
     def append(self, tp: TopicPartition, records: bytes) -> Appended:
@@ -278,11 +281,11 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
     """The response (None for acks=0) and the bytes appended."""
     data = request.data
     acks = data["acks"]
-    served = broker.partitions()
     appended = 0
     responses = []
     for topic in data["topic_data"]:
         name = topic["name"]
+        served = broker.partition_count(name)
         answers = []
         for item in topic["partition_data"]:
             index, records = item["index"], item["records"]
@@ -290,7 +293,7 @@ def produce(request: Request, broker: Broker) -> tuple[dict[str, Any] | None, in
             answers.append(answer)
             if acks not in (0, 1, -1):
                 answer["error_code"] = ErrorCode.INVALID_REQUIRED_ACKS
-            elif not _served(served, name, index) or broker.is_internal(name):
+            elif not 0 <= index < served or broker.is_internal(name):
                 answer["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif not records:
                 answer["error_code"] = ErrorCode.CORRUPT_MESSAGE

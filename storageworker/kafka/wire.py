@@ -22,6 +22,8 @@ _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
 _U32: Final = struct.Struct(">I")
 _F64: Final = struct.Struct(">d")
+#: A :meth:`Writer.raw` of at least this many bytes (records) is kept as a part of its own.
+OWN_PART_BYTES: Final = 4096
 
 
 class ProtocolError(ValueError):
@@ -34,28 +36,42 @@ class Reader:
         self.pos = 0
 
     def take(self, size: int, what: str) -> memoryview:
-        if size < 0 or self.pos + size > len(self.data):
-            raise ProtocolError(f"truncated {what} at byte {self.pos}")
-        view = self.data[self.pos : self.pos + size]
-        self.pos += size
-        return view
+        pos = self.pos
+        end = pos + size
+        if size < 0 or end > len(self.data):
+            raise ProtocolError(f"truncated {what} at byte {pos}")
+        self.pos = end
+        return self.data[pos:end]
+
+    def _fixed(self, layout: struct.Struct, what: str) -> int:
+        """One fixed-width integer (unpacked in place: no slice of the buffer)."""
+        pos = self.pos
+        end = pos + layout.size
+        if end > len(self.data):
+            raise ProtocolError(f"truncated {what} at byte {pos}")
+        self.pos = end
+        return int(layout.unpack_from(self.data, pos)[0])
 
     def int8(self) -> int:
-        return int(_I8.unpack(self.take(1, "int8"))[0])
+        return self._fixed(_I8, "int8")
 
     def int16(self) -> int:
-        return int(_I16.unpack(self.take(2, "int16"))[0])
+        return self._fixed(_I16, "int16")
 
     def int32(self) -> int:
-        return int(_I32.unpack(self.take(4, "int32"))[0])
+        return self._fixed(_I32, "int32")
 
     def int64(self) -> int:
-        return int(_I64.unpack(self.take(8, "int64"))[0])
+        return self._fixed(_I64, "int64")
 
     def boolean(self) -> bool:
         return self.int8() != 0
 
     def uvarint(self) -> int:
+        pos = self.pos
+        if pos < len(self.data) and self.data[pos] < 0x80:  # one byte: most lengths and counts
+            self.pos = pos + 1
+            return self.data[pos]
         result = shift = 0
         for _ in range(5):
             byte = self.take(1, "varint")[0]
@@ -91,7 +107,7 @@ class Reader:
     @staticmethod
     def decode_text(view: memoryview, what: str = "string") -> str:
         try:
-            return bytes(view).decode("utf-8")
+            return str(view, "utf-8")
         except UnicodeDecodeError as exc:
             raise ProtocolError(f"{what} is not UTF-8: {exc}") from None
 
@@ -132,46 +148,77 @@ class Reader:
 class Writer:
     """Builds a message from parts (joined once, when sent); ``size`` is their total.
 
-    A part may be a :class:`FileRegion` (a fetch's records): the connection sends it with
-    sendfile and closes it (:meth:`close` does, for a message that is not sent).
+    Small writes (the fields) go into one buffer, which becomes a part when a large one
+    (records of at least :data:`OWN_PART_BYTES`, kept as they are, not copied) or a
+    :class:`FileRegion` (a fetch's records: the connection sends it with sendfile and closes
+    it; :meth:`close` does, for a message that is not sent) comes, or when ``parts`` is read.
     """
 
     def __init__(self) -> None:
-        self.parts: list[bytes | FileRegion] = []
-        self.size = 0
+        self._parts: list[bytes | FileRegion] = []
+        self._parts_size = 0
+        self._buffer = bytearray()
+
+    @property
+    def parts(self) -> list[bytes | FileRegion]:
+        self._flush()
+        return self._parts
+
+    @property
+    def size(self) -> int:
+        return self._parts_size + len(self._buffer)
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self._parts.append(bytes(self._buffer))
+            self._parts_size += len(self._buffer)
+            self._buffer.clear()
 
     def region(self, region: FileRegion) -> Writer:
-        self.parts.append(region)
-        self.size += region.size_bytes
+        self._flush()
+        self._parts.append(region)
+        self._parts_size += region.size_bytes
         return self
 
     def close(self) -> None:
         """Close the message's file regions (after sending it, or instead)."""
-        for part in self.parts:
+        for part in self._parts:
             if isinstance(part, FileRegion):
                 part.close()
 
     def raw(self, data: bytes) -> Writer:
-        self.parts.append(data)
-        self.size += len(data)
+        if len(data) < OWN_PART_BYTES:
+            self._buffer += data
+            return self
+        self._flush()
+        self._parts.append(data)
+        self._parts_size += len(data)
         return self
 
     def extend(self, other: Writer) -> Writer:
-        self.parts.extend(other.parts)
-        self.size += other.size
+        if not other._parts:
+            self._buffer += other._buffer
+            return self
+        self._flush()
+        self._parts.extend(other.parts)
+        self._parts_size += other._parts_size
         return self
 
     def int8(self, value: int) -> Writer:
-        return self.raw(_I8.pack(value))
+        self._buffer += _I8.pack(value)
+        return self
 
     def int16(self, value: int) -> Writer:
-        return self.raw(_I16.pack(value))
+        self._buffer += _I16.pack(value)
+        return self
 
     def int32(self, value: int) -> Writer:
-        return self.raw(_I32.pack(value))
+        self._buffer += _I32.pack(value)
+        return self
 
     def int64(self, value: int) -> Writer:
-        return self.raw(_I64.pack(value))
+        self._buffer += _I64.pack(value)
+        return self
 
     def float64(self, value: float) -> Writer:
         return self.raw(_F64.pack(value))
@@ -180,12 +227,12 @@ class Writer:
         return self.int8(1 if value else 0)
 
     def uvarint(self, value: int) -> Writer:
-        out = bytearray()
+        out = self._buffer
         while value >= 0x80:
             out.append((value & 0x7F) | 0x80)
             value >>= 7
         out.append(value)
-        return self.raw(bytes(out))
+        return self
 
     def nullable_string(self, value: str | None) -> Writer:
         if value is None:

@@ -32,6 +32,13 @@ class RawClient:
         self.close()
 
     def send(self, api_key: int, version: int, data: dict[str, Any]) -> int:
+        correlation_id, framed = self.frame(api_key, version, data)
+        self.sock.sendall(framed)
+        return correlation_id
+
+    def frame(self, api_key: int, version: int, data: dict[str, Any]) -> tuple[int, bytes]:
+        """The next request, framed but not sent (several can then go in one write):
+        (correlation id, bytes)."""
         message = MESSAGES[api_key]
         flexible = message.is_flexible(version)
         self.correlation_id += 1
@@ -40,8 +47,7 @@ class RawClient:
         if flexible:
             out.tagged_fields()
         payload = encode(message.request, out, version, flexible, data).bytes()
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        return self.correlation_id
+        return self.correlation_id, struct.pack(">i", len(payload)) + payload
 
     def receive(self, api_key: int, version: int) -> tuple[int, dict[str, Any]]:
         size = struct.unpack(">i", self._exactly(4))[0]
@@ -70,6 +76,18 @@ class RawClient:
         return bytes(chunks)
 
 
+def produce_data(topic: str, partition: int, records: bytes, acks: int = -1) -> dict[str, Any]:
+    """A Produce request's fields: ``records`` to one partition."""
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout_ms": 10_000,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": records}]}
+        ],
+    }
+
+
 def produce(
     client: RawClient,
     topic: str,
@@ -79,14 +97,7 @@ def produce(
     acks: int = -1,
     version: int = 9,
 ) -> dict[str, Any] | None:
-    data = {
-        "transactional_id": None,
-        "acks": acks,
-        "timeout_ms": 10_000,
-        "topic_data": [
-            {"name": topic, "partition_data": [{"index": partition, "records": records}]}
-        ],
-    }
+    data = produce_data(topic, partition, records, acks)
     if acks == 0:
         client.send(0, version, data)
         return None

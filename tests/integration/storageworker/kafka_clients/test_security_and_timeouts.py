@@ -148,3 +148,27 @@ def test_a_stalled_request_is_timed_out_and_others_are_served(root: Path) -> Non
         assert server.metrics()["logkeeper_kafka_timed_out_connections_total"] == 1
     finally:
         assert server.terminate() == 0
+
+
+def test_a_client_that_takes_no_responses_is_timed_out(root: Path) -> None:
+    """Answers pile up in the worker's send buffer, then in the transport's: the write that
+    the kernel does not take all of is drained under ``request_timeout_ms`` (the small
+    answers' path skips the drain only when the kernel took everything)."""
+    server = start(root, "--kafka-request-timeout-ms", "500")
+    try:
+        host, port = server.kafka_address.rsplit(":", 1)
+        with socket.socket() as silent:
+            silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            silent.settimeout(10)
+            silent.connect((host, int(port)))
+            request = struct.pack(">hhih", 18, 0, 1, 0)  # ApiVersions v0, client id ""
+            silent.sendall((struct.pack(">i", len(request)) + request) * 20_000)
+            wait_for(
+                lambda: server.metrics()["logkeeper_kafka_timed_out_connections_total"] == 1,
+                "the silent client timed out",
+            )
+            while silent.recv(1 << 16):  # what the worker had sent, then its close
+                pass
+        fill(server.kafka_address, "small", 2)  # the worker serves others as before
+    finally:
+        assert server.terminate() == 0
