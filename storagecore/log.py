@@ -90,6 +90,7 @@ class Log(SegmentDeletion, LogReads):
         flush_scheduler: FlushScheduler | None = None,
     ) -> None:
         self.directory = directory
+        self._parent_dir = directory.parent
         self.tp = tp
         self.clock = clock
         self.producer_state = producer_state or ProducerStateManager(directory, tp, clock)
@@ -199,7 +200,9 @@ class Log(SegmentDeletion, LogReads):
 
     @property
     def parent_dir(self) -> Path:
-        return self.directory.parent
+        """The log dir holding this partition's directory (asked on every append by
+        LogManager.ensure_writable; made once: the directory of a Log never changes)."""
+        return self._parent_dir
 
     @property
     def unflushed_messages(self) -> int:
