@@ -185,42 +185,77 @@ static int open_positions(Py_buffer *positions, long long start, offset_map_t *m
 static inline void mark_wanted(record_t *records, Py_ssize_t i, int is_wanted, Py_ssize_t *wanted,
                                Py_ssize_t *n) {
     records[i].wanted = is_wanted;
+    records[i].known = 0;
     wanted[*n] = i;
     *n += is_wanted;
 }
 
-/* How many wanted records ahead of its probe a key is digested and its first slot prefetched:
- * the map is large and its slots are visited at random, so each probe would otherwise wait for
- * memory; digesting the later keys in between gives the prefetch that time. */
+/* How many wanted records ahead of its probe a key's first slot is prefetched: the map is
+ * large and its slots are visited at random, so each probe would otherwise wait for memory. */
 #define PREFETCH_DISTANCE 16
 
-/* Digest the k-th wanted record's key (when there is one) and prefetch its first slot. Every
- * wanted record is digested this way, in order, before its probe; with use_notes (the filter
- * pass), a record whose offset the map pass noted takes its slot from there instead. */
-static inline void digest_and_prefetch(const offset_map_t *map, record_t *records,
-                                       const Py_ssize_t *wanted, Py_ssize_t n, Py_ssize_t k,
-                                       sip_key_t key, int use_notes) {
-    if (k < n) {
+/* The filter pass's notes: each wanted record whose offset the map pass noted takes its slot
+ * and probe count from there (no digest needed, see offset_map_t); the others are listed in
+ * todo[0..return) for digest_keys_of. */
+static Py_ssize_t take_notes(const offset_map_t *map, record_t *records, const Py_ssize_t *wanted,
+                             Py_ssize_t n, Py_ssize_t *todo) {
+    Py_ssize_t m = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
         record_t *r = &records[wanted[k]];
-        const uint32_t *noted = use_notes ? position_entry(map, r->offset) : NULL;
+        const uint32_t *noted = position_entry(map, r->offset);
         r->known = noted != NULL && *noted != 0 && *noted != UINT32_MAX;
-        if (r->known) { /* the map pass's note: no digest needed (see offset_map_t) */
+        if (r->known) {
             r->known_probes = (int)(*noted & POSITION_PROBES_MAX);
             r->first_position = (Py_ssize_t)((*noted >> POSITION_PROBE_BITS) - 1) * ENTRY_BYTES;
-            __builtin_prefetch(map->table + r->first_position + HASH_BYTES);
-            return;
+        }
+        todo[m] = wanted[k];
+        m += !r->known;
+    }
+    return m;
+}
+
+/* The digest of each key of records[todo[0..m)]: four at a time (siphash128_x4) where four in
+ * a row have keys of the same length (a topic's keys often do), else one at a time. */
+static void digest_keys_of(record_t *records, const Py_ssize_t *todo, Py_ssize_t m,
+                           sip_key_t key) {
+    Py_ssize_t k = 0;
+    while (k < m) {
+        record_t *r = &records[todo[k]];
+        if (k + 4 <= m) {
+            record_t *r1 = &records[todo[k + 1]], *r2 = &records[todo[k + 2]],
+                     *r3 = &records[todo[k + 3]];
+            if (r1->key_length == r->key_length && r2->key_length == r->key_length &&
+                r3->key_length == r->key_length) {
+                const uint8_t *const data[4] = {r->key, r1->key, r2->key, r3->key};
+                uint8_t *const out[4] = {r->digest, r1->digest, r2->digest, r3->digest};
+                siphash128_x4(data, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, out);
+                k += 4;
+                continue;
+            }
         }
         siphash128(r->key, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, r->digest);
-        r->first_position = slot_of(r->digest, map->slots, 0) * ENTRY_BYTES;
-        __builtin_prefetch(map->table + r->first_position);
+        k++;
     }
 }
+
+/* Prefetch the slot a wanted record's probe reads first: from its note (the offset of the
+ * entry is what the filter reads), else from its digest (first_position set here). */
+static inline void prefetch_slot(const offset_map_t *map, record_t *r) {
+    if (r->known) {
+        __builtin_prefetch(map->table + r->first_position + HASH_BYTES);
+        return;
+    }
+    r->first_position = slot_of(r->digest, map->slots, 0) * ENTRY_BYTES;
+    __builtin_prefetch(map->table + r->first_position);
+}
+
 /* ---- one batch --------------------------------------------------------------------------- */
 
 /* Scratch arrays sized for the largest batch seen, reused across the batches of a region. */
 typedef struct {
     record_t *records;
     Py_ssize_t *wanted;
+    Py_ssize_t *todo; /* the wanted records whose keys need a digest (filter pass) */
     char *kept;
     Py_ssize_t capacity;
 } scratch_t;
@@ -228,6 +263,7 @@ typedef struct {
 static void scratch_free(scratch_t *s) {
     PyMem_RawFree(s->records);
     PyMem_RawFree(s->wanted);
+    PyMem_RawFree(s->todo);
     PyMem_RawFree(s->kept);
     memset(s, 0, sizeof(*s));
 }
@@ -240,8 +276,9 @@ static int scratch_reserve(scratch_t *s, Py_ssize_t count) {
     scratch_free(s);
     s->records = (record_t *)PyMem_RawMalloc((size_t)capacity * sizeof(record_t));
     s->wanted = (Py_ssize_t *)PyMem_RawMalloc((size_t)capacity * sizeof(Py_ssize_t));
+    s->todo = (Py_ssize_t *)PyMem_RawMalloc((size_t)capacity * sizeof(Py_ssize_t));
     s->kept = (char *)PyMem_RawMalloc((size_t)capacity);
-    if (s->records == NULL || s->wanted == NULL || s->kept == NULL) {
+    if (s->records == NULL || s->wanted == NULL || s->todo == NULL || s->kept == NULL) {
         scratch_free(s);
         return -1;
     }
@@ -313,13 +350,17 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
         int is_wanted = records[i].key_length >= 0 && records[i].offset >= start;
         mark_wanted(records, i, is_wanted, s->wanted, &n);
     }
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
-        digest_and_prefetch(map, records, s->wanted, n, q, key, 0);
+    digest_keys_of(records, s->wanted, n, key);
+    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE && q < n; q++) {
+        prefetch_slot(map, &records[s->wanted[q]]);
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
         if (r->wanted) {
-            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key, 0);
+            if (k + PREFETCH_DISTANCE < n) {
+                prefetch_slot(map, &records[s->wanted[k + PREFETCH_DISTANCE]]);
+            }
+            k++;
             if (p->size >= p->capacity) {
                 p->full = 1;
                 return 0;
@@ -400,8 +441,9 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
         int is_wanted = records[i].offset <= latest_offset && records[i].key_length >= 0;
         mark_wanted(records, i, is_wanted, s->wanted, &n);
     }
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
-        digest_and_prefetch(map, records, s->wanted, n, q, key, 1);
+    digest_keys_of(records, s->todo, take_notes(map, records, s->wanted, n, s->todo), key);
+    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE && q < n; q++) {
+        prefetch_slot(map, &records[s->wanted[q]]);
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
@@ -412,7 +454,10 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             f->invalid++;
             keep = 0;
         } else {
-            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key, 1);
+            if (k + PREFETCH_DISTANCE < n) {
+                prefetch_slot(map, &records[s->wanted[k + PREFETCH_DISTANCE]]);
+            }
+            k++;
             int found;
             Py_ssize_t position;
             if (r->known) { /* the key's slot, as its digest would find it (see offset_map_t) */

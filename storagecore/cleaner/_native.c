@@ -566,6 +566,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc32c_init();
+    siphash_init();
     legacy_crc32_init(); /* this module's copy of the CRC-32 table (_legacy.h) */
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
