@@ -423,17 +423,22 @@ static void frame_batch(uint8_t *out, const batch_view_t *view, const filtered_t
  * against new_base, for the caller to compress and frame. Nothing is written when nothing was
  * kept or when the batch is copied verbatim (all kept and no horizon to stamp). A tombstone
  * survives while now_ms is below the batch's delete horizon; a batch without one that keeps a
- * tombstone gets new_horizon_ms. -1 when declined. */
+ * tombstone gets new_horizon_ms. -1 when declined. parsed_before: the map pass's parse_records
+ * accepted these very records (reparse_records then reads them again without the checks). */
 static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
                         const batch_view_t *view, int frame, int64_t now_ms,
-                        int64_t new_horizon_ms, scratch_t *s, uint8_t *out, filtered_t *f) {
+                        int64_t new_horizon_ms, int parsed_before, scratch_t *s, uint8_t *out,
+                        filtered_t *f) {
     Py_ssize_t count = view->count;
     record_t *records = s->records;
     char *kept_flags = s->kept;
     const int has_horizon = view->has_horizon;
     const int64_t old_horizon = view->info.base_timestamp;
     memset(f, 0, sizeof(*f));
-    if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
+    if (parsed_before) {
+        reparse_records(view->records, count, &view->info, records);
+    } else if (parse_records(view->records, view->records_bytes, count, &view->info, records) <
+               0) {
         return -1;
     }
     Py_ssize_t n = 0, k = 0;

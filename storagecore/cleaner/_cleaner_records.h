@@ -79,6 +79,72 @@ static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
     return pos == end ? 0 : -1;
 }
 
+/* ---- records parsed before ---------------------------------------------------------------- */
+
+/* A varint / varlong of bytes that read_varint / read_varlong accepted before: the same value,
+ * without their bounds and length checks (the filter pass, on a batch the map pass parsed). */
+static inline __attribute__((always_inline)) int64_t reread_varint(const uint8_t *buf,
+                                                                   ptrdiff_t *pos) {
+    uint32_t value = buf[(*pos)++];
+    if (value & 0x80) {
+        value &= 0x7F;
+        int shift = 7;
+        for (;;) {
+            uint8_t b = buf[(*pos)++];
+            value |= (uint32_t)(b & 0x7F) << shift;
+            if (!(b & 0x80)) break;
+            shift += 7;
+        }
+    }
+    return (int64_t)(int32_t)((value >> 1) ^ (uint32_t)(-(int32_t)(value & 1)));
+}
+
+static inline __attribute__((always_inline)) int64_t reread_varlong(const uint8_t *buf,
+                                                                    ptrdiff_t *pos) {
+    uint64_t value = buf[(*pos)++];
+    if (value & 0x80) {
+        value &= 0x7F;
+        int shift = 7;
+        for (;;) {
+            uint8_t b = buf[(*pos)++];
+            value |= (uint64_t)(b & 0x7F) << shift;
+            if (!(b & 0x80)) break;
+            shift += 7;
+        }
+    }
+    return (int64_t)((value >> 1) ^ (uint64_t)(-(int64_t)(value & 1)));
+}
+
+/* parse_records of a payload that parse_records accepted before, with the same batch_info_t
+ * (the map pass parsed these very bytes: see filter_region's `checked`): the same records_t,
+ * without the checks that cannot fail again (framing, overflow, header keys). */
+static void reparse_records(const uint8_t *buf, Py_ssize_t count, const batch_info_t *info,
+                            record_t *records) {
+    ptrdiff_t pos = 0;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        record_t *r = &records[index];
+        ptrdiff_t p = pos;
+        int64_t length = reread_varint(buf, &p);
+        ptrdiff_t body_end = p + (ptrdiff_t)length;
+        p += 1; /* attributes */
+        int64_t timestamp_delta = reread_varlong(buf, &p);
+        r->offset_delta = reread_varint(buf, &p);
+        r->offset = info->base_offset + r->offset_delta;
+        r->timestamp = info->log_append ? info->log_append_time
+                                        : info->base_timestamp + timestamp_delta;
+        r->key_length = reread_varint(buf, &p);
+        r->key = buf + p;
+        if (r->key_length > 0) p += (ptrdiff_t)r->key_length;
+        r->value_length = reread_varint(buf, &p);
+        r->value = buf + p;
+        if (r->value_length > 0) p += (ptrdiff_t)r->value_length;
+        r->header_count = reread_varint(buf, &p);
+        r->headers = buf + p;
+        r->headers_bytes = body_end - p;
+        pos = body_end;
+    }
+}
+
 /* ---- encoding kept records --------------------------------------------------------------- */
 
 static inline Py_ssize_t unsigned_varint_size(uint64_t n) {
