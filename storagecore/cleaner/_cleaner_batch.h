@@ -38,12 +38,12 @@ typedef struct {
     Py_ssize_t positions_len;
 } offset_map_t;
 
-/* The positions entry of offset, or NULL when outside the noted range. */
+/* The positions entry of offset, or NULL when outside the noted range (positions_len is 0
+ * when there are none; the unsigned difference wraps below positions_start). */
 static inline uint32_t *position_entry(const offset_map_t *map, int64_t offset) {
-    if (map->positions == NULL || offset < map->positions_start ||
-        offset - map->positions_start >= map->positions_len)
-        return NULL;
-    return map->positions + (offset - map->positions_start);
+    uint64_t index = (uint64_t)offset - (uint64_t)map->positions_start;
+    if (index >= (uint64_t)map->positions_len) return NULL;
+    return map->positions + index;
 }
 
 /* Note that the key of the record at offset sits at byte position of the table, found with
@@ -98,30 +98,43 @@ static inline void set_entry_offset(offset_map_t *map, Py_ssize_t position, int6
     memcpy(map->table + position + HASH_BYTES, &v, 8);
 }
 
-/* map_find from the byte position of the digest's first slot (slot_of(digest, slots, 0)),
- * which the batch loops compute once, when they prefetch it. */
-static inline Py_ssize_t map_find_from(offset_map_t *map, const uint8_t *digest,
-                                       Py_ssize_t first_position, int *found) {
-    map->lookups++;
+/* The probes of one lookup from the byte position of the digest's first slot (slot_of(digest,
+ * slots, 0)), which the batch loops compute once, when they prefetch it: the position found
+ * (see map_find), and in *probes the probes taken (the caller counts them and the lookup). */
+static inline Py_ssize_t probe_from(const offset_map_t *map, const uint8_t *digest,
+                                    Py_ssize_t first_position, int *found,
+                                    unsigned long long *probes) {
     const uint64_t d0 = word_at(digest), d1 = word_at(digest + 8);
     Py_ssize_t attempts = map->slots + HASH_BYTES;
     Py_ssize_t position = first_position;
     for (Py_ssize_t attempt = 0; attempt < attempts; attempt++) {
         if (attempt > 0) position = slot_of(digest, map->slots, attempt) * ENTRY_BYTES;
-        map->probes++;
         const uint8_t *entry = map->table + position;
         const uint64_t e0 = word_at(entry), e1 = word_at(entry + 8);
         if (e0 == d0 && e1 == d1) {
             *found = 1;
+            *probes = (unsigned long long)attempt + 1;
             return position;
         }
         if ((e0 | e1 | word_at(entry + 16)) == 0) { /* all ENTRY_BYTES zero: empty */
             *found = 0;
+            *probes = (unsigned long long)attempt + 1;
             return position;
         }
     }
     *found = 0;
+    *probes = (unsigned long long)attempts;
     return -1;
+}
+
+/* probe_from, counted in the map's lookups and probes. */
+static inline Py_ssize_t map_find_from(offset_map_t *map, const uint8_t *digest,
+                                       Py_ssize_t first_position, int *found) {
+    unsigned long long probes;
+    Py_ssize_t position = probe_from(map, digest, first_position, found, &probes);
+    map->lookups++;
+    map->probes += probes;
+    return position;
 }
 
 /* Byte position of digest's slot (*found = 1) or of the first empty slot on its probe path
@@ -345,44 +358,54 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
     if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
         return -1;
     }
-    Py_ssize_t n = 0, k = 0;
+    const Py_ssize_t *wanted = s->wanted;
+    Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         int is_wanted = records[i].key_length >= 0 && records[i].offset >= start;
         mark_wanted(records, i, is_wanted, s->wanted, &n);
     }
-    digest_keys_of(records, s->wanted, n, key);
+    digest_keys_of(records, wanted, n, key);
     for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE && q < n; q++) {
-        prefetch_slot(map, &records[s->wanted[q]]);
+        prefetch_slot(map, &records[wanted[q]]);
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const record_t *r = &records[i];
-        if (r->wanted) {
-            if (k + PREFETCH_DISTANCE < n) {
-                prefetch_slot(map, &records[s->wanted[k + PREFETCH_DISTANCE]]);
-            }
-            k++;
-            if (p->size >= p->capacity) {
-                p->full = 1;
-                return 0;
-            }
-            int found;
-            unsigned long long probes_before = map->probes;
-            Py_ssize_t position = map_find_from(map, r->digest, r->first_position, &found);
-            if (!found) {
-                if (position < 0 || p->size >= map->slots) {
-                    p->overfull = 1;
-                    return 0;
-                }
-                memcpy(map->table + position, r->digest, HASH_BYTES);
-                p->size++;
-            }
-            set_entry_offset(map, position, r->offset);
-            note_position(map, r->offset, position, map->probes - probes_before);
-            p->puts++;
-            p->last_put = r->offset;
+    /* The loop's state in locals (the table's stores could alias it through the pointers). */
+    Py_ssize_t size = p->size, puts = 0;
+    const Py_ssize_t capacity = p->capacity;
+    int64_t last_put = p->last_put;
+    unsigned long long probes = 0;
+    Py_ssize_t walked = count, k = 0;
+    for (; k < n; k++) {
+        const record_t *r = &records[wanted[k]];
+        if (k + PREFETCH_DISTANCE < n) prefetch_slot(map, &records[wanted[k + PREFETCH_DISTANCE]]);
+        if (size >= capacity) { /* full before this put: the records before it were walked */
+            p->full = 1;
+            walked = wanted[k];
+            break;
         }
-        p->walked++;
+        int found;
+        unsigned long long taken;
+        Py_ssize_t position = probe_from(map, r->digest, r->first_position, &found, &taken);
+        probes += taken;
+        if (!found) {
+            if (position < 0 || size >= map->slots) {
+                p->overfull = 1;
+                k++; /* its lookup was counted */
+                break;
+            }
+            memcpy(map->table + position, r->digest, HASH_BYTES);
+            size++;
+        }
+        set_entry_offset(map, position, r->offset);
+        note_position(map, r->offset, position, taken);
+        puts++;
+        last_put = r->offset;
     }
+    map->lookups += (unsigned long long)k; /* the records looked up */
+    map->probes += probes;
+    p->size = size;
+    p->puts += puts;
+    p->last_put = last_put;
+    p->walked += walked;
     return 0;
 }
 
@@ -450,13 +473,17 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
     for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE && q < n; q++) {
         prefetch_slot(map, &records[s->wanted[q]]);
     }
+    /* The loop's counters in locals (stores to kept_flags could alias them otherwise). */
+    Py_ssize_t kept = 0, invalid = 0;
+    int tombstones = 0;
+    unsigned long long lookups = 0, probes = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
         int keep;
         if (r->offset > latest_offset) {
             keep = 1; /* not mapped in this round */
         } else if (r->key_length < 0) {
-            f->invalid++;
+            invalid++;
             keep = 0;
         } else {
             if (k + PREFETCH_DISTANCE < n) {
@@ -465,13 +492,15 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             k++;
             int found;
             Py_ssize_t position;
+            lookups++;
             if (r->known) { /* the key's slot, as its digest would find it (see offset_map_t) */
-                map->lookups++;
-                map->probes += (unsigned long long)r->known_probes;
+                probes += (unsigned long long)r->known_probes;
                 position = r->first_position;
                 found = 1;
             } else {
-                position = map_find_from(map, r->digest, r->first_position, &found);
+                unsigned long long taken;
+                position = probe_from(map, r->digest, r->first_position, &found, &taken);
+                probes += taken;
             }
             int64_t mapped = found ? entry_offset(map, position) : -1; /* map_get */
             if (r->offset < mapped) {
@@ -483,11 +512,14 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             }
         }
         kept_flags[i] = (char)keep;
-        if (keep) {
-            f->kept++;
-            if (r->value_length < 0) f->tombstones = 1;
-        }
+        kept += keep;
+        tombstones |= keep & (r->value_length < 0);
     }
+    map->lookups += lookups;
+    map->probes += probes;
+    f->kept = kept;
+    f->invalid = invalid;
+    f->tombstones = tombstones;
     f->set_horizon = !has_horizon && f->tombstones;
     if (f->kept == 0 || (f->kept == count && !f->set_horizon)) return 0;
     /* rebuild_batch -> build_batch: offset deltas must increase and stay within the last
