@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-import weakref
 from collections.abc import Iterator
 from typing import Final, Protocol
 
@@ -170,10 +169,9 @@ class CheckedSpans:
 
     def __init__(self) -> None:
         # Invariant: per file, spans are (start, end) positions, sorted, disjoint and not
-        # touching (add merges a span that continues the last one).
-        self._spans: weakref.WeakKeyDictionary[FileRecords, list[tuple[int, int]]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # touching (add merges a span that continues the last one). The files are held until
+        # clear(), at the end of the round (a weak mapping cost a weak reference per call).
+        self._spans: dict[FileRecords, list[tuple[int, int]]] = {}
 
     def clear(self) -> None:
         self._spans.clear()
@@ -182,7 +180,9 @@ class CheckedSpans:
         """A region call took ``size`` bytes of ``file`` from ``position``."""
         if size <= 0:
             return
-        spans = self._spans.setdefault(file, [])
+        spans = self._spans.get(file)
+        if spans is None:
+            spans = self._spans[file] = []
         if spans and spans[-1][1] == position:
             spans[-1] = (spans[-1][0], position + size)
         else:
