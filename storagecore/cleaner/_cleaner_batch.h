@@ -522,6 +522,11 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
     f->tombstones = tombstones;
     f->set_horizon = !has_horizon && f->tombstones;
     if (f->kept == 0 || (f->kept == count && !f->set_horizon)) return 0;
+    if (parsed_before) { /* the rebuild reads the kept records' timestamps and headers */
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (kept_flags[i]) complete_record(&records[i], &view->info);
+        }
+    }
     /* rebuild_batch -> build_batch: offset deltas must increase and stay within the last
      * offset delta; the base timestamp is the horizon if there is one, else the first kept
      * record's timestamp; the max timestamp is over the kept records. */

@@ -29,6 +29,9 @@ typedef struct {
     const uint8_t *headers; /* just after the header count */
     int64_t header_count;
     Py_ssize_t headers_bytes;
+    /* reparse_records: where the timestamp delta starts and the record ends (timestamp and
+     * headers are read by complete_record, for the records a rebuild writes) */
+    const uint8_t *timestamp_at, *end;
     int wanted; /* whether the pass needs the key's digest */
     int known;  /* filter: the key's slot came from the map pass's positions (no digest) */
     int known_probes; /* ... and the probes its lookup takes */
@@ -116,8 +119,9 @@ static inline __attribute__((always_inline)) int64_t reread_varlong(const uint8_
 }
 
 /* parse_records of a payload that parse_records accepted before, with the same batch_info_t
- * (the map pass parsed these very bytes: see filter_region's `checked`): the same records_t,
- * without the checks that cannot fail again (framing, overflow, header keys). */
+ * (the map pass parsed these very bytes: see filter_region's `checked`), without the checks
+ * that cannot fail again (framing, overflow, header keys), and without what the retention
+ * decisions do not read: the timestamp and the headers are left to complete_record. */
 static void reparse_records(const uint8_t *buf, Py_ssize_t count, const batch_info_t *info,
                             record_t *records) {
     ptrdiff_t pos = 0;
@@ -127,22 +131,33 @@ static void reparse_records(const uint8_t *buf, Py_ssize_t count, const batch_in
         int64_t length = reread_varint(buf, &p);
         ptrdiff_t body_end = p + (ptrdiff_t)length;
         p += 1; /* attributes */
-        int64_t timestamp_delta = reread_varlong(buf, &p);
+        r->timestamp_at = buf + p;
+        while (buf[p++] & 0x80) { /* the timestamp delta's bytes */
+        }
         r->offset_delta = reread_varint(buf, &p);
         r->offset = info->base_offset + r->offset_delta;
-        r->timestamp = info->log_append ? info->log_append_time
-                                        : info->base_timestamp + timestamp_delta;
         r->key_length = reread_varint(buf, &p);
         r->key = buf + p;
         if (r->key_length > 0) p += (ptrdiff_t)r->key_length;
         r->value_length = reread_varint(buf, &p);
         r->value = buf + p;
-        if (r->value_length > 0) p += (ptrdiff_t)r->value_length;
-        r->header_count = reread_varint(buf, &p);
-        r->headers = buf + p;
-        r->headers_bytes = body_end - p;
+        r->end = buf + body_end;
         pos = body_end;
     }
+}
+
+/* The rest of a record that reparse_records read: its timestamp and headers, as
+ * parse_records sets them. */
+static inline void complete_record(record_t *r, const batch_info_t *info) {
+    ptrdiff_t p = 0;
+    int64_t timestamp_delta = reread_varlong(r->timestamp_at, &p);
+    r->timestamp = info->log_append ? info->log_append_time
+                                    : info->base_timestamp + timestamp_delta;
+    const uint8_t *after_value = r->value + (r->value_length > 0 ? r->value_length : 0);
+    p = 0;
+    r->header_count = reread_varint(after_value, &p);
+    r->headers = after_value + p;
+    r->headers_bytes = r->end - r->headers;
 }
 
 /* ---- encoding kept records --------------------------------------------------------------- */

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storagecore import Compression, CorruptRecordError, ManualClock, NewRecord, build_batch
+from storagecore import (
+    Compression,
+    CorruptRecordError,
+    ManualClock,
+    NewRecord,
+    TimestampType,
+    build_batch,
+)
 from storagecore.cleaner.offset_map import OutputChunk, SkimpyOffsetMap
 from storagecore.cleaner.regions import CheckedSpans
 from storagecore.records import layout
@@ -24,13 +31,14 @@ records = st.builds(
     key=st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"d", b"key-" + b"x" * 130])),
     value=st.one_of(st.none(), st.binary(max_size=200)),
     timestamp=st.integers(min_value=START_MS - 10**6, max_value=START_MS + 10**6),
-    headers=st.sampled_from([(), (("h", b"v"),), (("n", None), ("k", b"x" * 150))]),
+    headers=st.sampled_from([(), (("h", b"v"), ("n", None)), (("n", None), ("k", b"x" * 150))]),
 )
 batches = st.lists(
     st.tuples(
         st.lists(records, min_size=1, max_size=20),
         st.sampled_from([Compression.NONE, Compression.LZ4, Compression.GZIP]),
         st.integers(min_value=0, max_value=3),  # offsets skipped before the batch
+        st.booleans(),  # LogAppendTime
     ),
     min_size=1,
     max_size=8,
@@ -40,17 +48,25 @@ batches = st.lists(
 @needs_native
 @given(plan=batches, latest_cut=st.integers(min_value=0, max_value=40))
 def test_filtering_checked_bytes_gives_what_checking_them_gives(
-    plan: list[tuple[list[NewRecord], Compression, int]], latest_cut: int
+    plan: list[tuple[list[NewRecord], Compression, int, bool]], latest_cut: int
 ) -> None:
-    """Batches of keyed, keyless and tombstone records with headers and spread timestamps,
-    uncompressed and compressed, with gaps between offsets: the filter over bytes the map pass
-    took (checked_bytes the whole region) answers what the filter that checks them answers,
-    output, chunks and counters."""
+    """Batches of keyed, keyless and tombstone records with headers and spread timestamps
+    (create time or log append time), uncompressed and compressed, with gaps between offsets:
+    the filter over bytes the map pass took (checked_bytes the whole region) answers what the
+    filter that checks them answers, output, chunks and counters."""
     region = bytearray()
     offset = 0
-    for batch_records, codec, gap in plan:
+    for batch_records, codec, gap, log_append in plan:
         offset += gap
-        region += build_batch(batch_records, base_offset=offset, compression=codec)
+        region += build_batch(
+            batch_records,
+            base_offset=offset,
+            compression=codec,
+            timestamp_type=(
+                TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME
+            ),
+            log_append_time=START_MS + 5 if log_append else None,
+        )
         offset += len(batch_records)
     offset_map = SkimpyOffsetMap(24 * 4096, secret=SECRET)
     offset_map.clear(max_keys=offset, first_offset=0)
