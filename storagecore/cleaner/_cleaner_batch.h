@@ -193,36 +193,26 @@ static int open_positions(Py_buffer *positions, long long start, offset_map_t *m
 
 /* ---- digests and probes, a batch at a time ----------------------------------------------- */
 
-/* Mark record i wanted or not and, when wanted, append i to wanted[0..*n): one loop, no
- * branch (i is written at *n either way; *n <= i < the scratch's capacity). */
-static inline void mark_wanted(record_t *records, Py_ssize_t i, int is_wanted, Py_ssize_t *wanted,
-                               Py_ssize_t *n) {
-    records[i].wanted = is_wanted;
-    records[i].known = 0;
-    wanted[*n] = i;
-    *n += is_wanted;
-}
-
-/* How many wanted records ahead of its probe a key's first slot is prefetched: the map is
- * large and its slots are visited at random, so each probe would otherwise wait for memory. */
-#define PREFETCH_DISTANCE 16
-
-/* The filter pass's notes: each wanted record whose offset the map pass noted takes its slot
- * and probe count from there (no digest needed, see offset_map_t); the others are listed in
- * todo[0..return) for digest_keys_of. */
-static Py_ssize_t take_notes(const offset_map_t *map, record_t *records, const Py_ssize_t *wanted,
-                             Py_ssize_t n, Py_ssize_t *todo) {
+/* The filter pass's notes: each record it looks up (mapped in this round, with a key) whose
+ * offset the map pass noted takes its slot and probe count from there (no digest needed, see
+ * offset_map_t), and that slot is prefetched; the others are listed in todo[0..return) for
+ * digest_keys_of. */
+static Py_ssize_t take_notes(const offset_map_t *map, record_t *records, Py_ssize_t count,
+                             int64_t latest_offset, Py_ssize_t *todo) {
     Py_ssize_t m = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        record_t *r = &records[wanted[k]];
+    for (Py_ssize_t i = 0; i < count; i++) {
+        record_t *r = &records[i];
+        r->known = 0;
+        if (r->offset > latest_offset || r->key_length < 0) continue;
         const uint32_t *noted = position_entry(map, r->offset);
-        r->known = noted != NULL && *noted != 0 && *noted != UINT32_MAX;
-        if (r->known) {
+        if (noted != NULL && *noted != 0 && *noted != UINT32_MAX) {
+            r->known = 1;
             r->known_probes = (int)(*noted & POSITION_PROBES_MAX);
             r->first_position = (Py_ssize_t)((*noted >> POSITION_PROBE_BITS) - 1) * ENTRY_BYTES;
+            __builtin_prefetch(map->table + r->first_position + HASH_BYTES);
+        } else {
+            todo[m++] = i;
         }
-        todo[m] = wanted[k];
-        m += !r->known;
     }
     return m;
 }
@@ -251,7 +241,7 @@ static void digest_keys_of(record_t *records, const Py_ssize_t *todo, Py_ssize_t
     }
 }
 
-/* Prefetch the slot a wanted record's probe reads first: from its note (the offset of the
+/* Prefetch the slot a record's lookup reads first: from its note (the offset of the
  * entry is what the filter reads), else from its digest (first_position set here). */
 static inline void prefetch_slot(const offset_map_t *map, record_t *r) {
     if (r->known) {
@@ -267,8 +257,7 @@ static inline void prefetch_slot(const offset_map_t *map, record_t *r) {
 /* Scratch arrays sized for the largest batch seen, reused across the batches of a region. */
 typedef struct {
     record_t *records;
-    Py_ssize_t *wanted;
-    Py_ssize_t *todo; /* the wanted records whose keys need a digest (filter pass) */
+    Py_ssize_t *wanted; /* the records whose keys a pass digests */
     char *kept;
     Py_ssize_t capacity;
 } scratch_t;
@@ -276,7 +265,6 @@ typedef struct {
 static void scratch_free(scratch_t *s) {
     PyMem_RawFree(s->records);
     PyMem_RawFree(s->wanted);
-    PyMem_RawFree(s->todo);
     PyMem_RawFree(s->kept);
     memset(s, 0, sizeof(*s));
 }
@@ -289,9 +277,8 @@ static int scratch_reserve(scratch_t *s, Py_ssize_t count) {
     scratch_free(s);
     s->records = (record_t *)PyMem_RawMalloc((size_t)capacity * sizeof(record_t));
     s->wanted = (Py_ssize_t *)PyMem_RawMalloc((size_t)capacity * sizeof(Py_ssize_t));
-    s->todo = (Py_ssize_t *)PyMem_RawMalloc((size_t)capacity * sizeof(Py_ssize_t));
     s->kept = (char *)PyMem_RawMalloc((size_t)capacity);
-    if (s->records == NULL || s->wanted == NULL || s->todo == NULL || s->kept == NULL) {
+    if (s->records == NULL || s->wanted == NULL || s->kept == NULL) {
         scratch_free(s);
         return -1;
     }
@@ -358,16 +345,17 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
     if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
         return -1;
     }
-    const Py_ssize_t *wanted = s->wanted;
+    /* The records with a key at offsets from start, their keys digested, and the first slot
+     * of each asked for before the first probe. */
+    Py_ssize_t *wanted = s->wanted;
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int is_wanted = records[i].key_length >= 0 && records[i].offset >= start;
-        mark_wanted(records, i, is_wanted, s->wanted, &n);
+        records[i].known = 0;
+        wanted[n] = i; /* kept only when wanted: no branch */
+        n += records[i].key_length >= 0 && records[i].offset >= start;
     }
     digest_keys_of(records, wanted, n, key);
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE && q < n; q++) {
-        prefetch_slot(map, &records[wanted[q]]);
-    }
+    for (Py_ssize_t q = 0; q < n; q++) prefetch_slot(map, &records[wanted[q]]);
     /* The loop's state in locals (the table's stores could alias it through the pointers). */
     Py_ssize_t size = p->size, puts = 0;
     const Py_ssize_t capacity = p->capacity;
@@ -376,7 +364,6 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
     Py_ssize_t walked = count, k = 0;
     for (; k < n; k++) {
         const record_t *r = &records[wanted[k]];
-        if (k + PREFETCH_DISTANCE < n) prefetch_slot(map, &records[wanted[k + PREFETCH_DISTANCE]]);
         if (size >= capacity) { /* full before this put: the records before it were walked */
             p->full = 1;
             walked = wanted[k];
@@ -464,15 +451,11 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
                0) {
         return -1;
     }
-    Py_ssize_t n = 0, k = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int is_wanted = records[i].offset <= latest_offset && records[i].key_length >= 0;
-        mark_wanted(records, i, is_wanted, s->wanted, &n);
-    }
-    digest_keys_of(records, s->todo, take_notes(map, records, s->wanted, n, s->todo), key);
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE && q < n; q++) {
-        prefetch_slot(map, &records[s->wanted[q]]);
-    }
+    /* Every slot the decisions read, asked for before the first decision: a noted one at
+     * once, the others once their keys are digested. */
+    Py_ssize_t m = take_notes(map, records, count, latest_offset, s->wanted);
+    digest_keys_of(records, s->wanted, m, key);
+    for (Py_ssize_t q = 0; q < m; q++) prefetch_slot(map, &records[s->wanted[q]]);
     /* The loop's counters in locals (stores to kept_flags could alias them otherwise). */
     Py_ssize_t kept = 0, invalid = 0;
     int tombstones = 0;
@@ -486,10 +469,6 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             invalid++;
             keep = 0;
         } else {
-            if (k + PREFETCH_DISTANCE < n) {
-                prefetch_slot(map, &records[s->wanted[k + PREFETCH_DISTANCE]]);
-            }
-            k++;
             int found;
             Py_ssize_t position;
             lookups++;

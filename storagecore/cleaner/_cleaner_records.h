@@ -32,7 +32,6 @@ typedef struct {
     /* reparse_records: where the timestamp delta starts and the record ends (timestamp and
      * headers are read by complete_record, for the records a rebuild writes) */
     const uint8_t *timestamp_at, *end;
-    int wanted; /* whether the pass needs the key's digest */
     int known;  /* filter: the key's slot came from the map pass's positions (no digest) */
     int known_probes; /* ... and the probes its lookup takes */
     uint8_t digest[HASH_BYTES];
