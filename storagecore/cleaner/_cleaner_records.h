@@ -88,13 +88,13 @@ static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
 static inline __attribute__((always_inline)) int64_t reread_varint(const uint8_t *buf,
                                                                    ptrdiff_t *pos) {
     uint32_t value = buf[(*pos)++];
-    if (value & 0x80) {
-        value &= 0x7F;
-        int shift = 7;
-        for (;;) {
-            uint8_t b = buf[(*pos)++];
-            value |= (uint32_t)(b & 0x7F) << shift;
-            if (!(b & 0x80)) break;
+    if (value & 0x80) { /* two bytes at least (a record's length, a 100-byte value's) */
+        uint32_t b = buf[(*pos)++];
+        value = (value & 0x7F) | (b & 0x7F) << 7;
+        int shift = 14;
+        while (b & 0x80) {
+            b = buf[(*pos)++];
+            value |= (b & 0x7F) << shift;
             shift += 7;
         }
     }

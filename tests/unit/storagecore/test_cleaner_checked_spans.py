@@ -29,7 +29,8 @@ from tests.unit.storagecore.helpers.native_cleaner import SECRET, START_MS, need
 records = st.builds(
     NewRecord,
     key=st.one_of(st.none(), st.sampled_from([b"a", b"b", b"c", b"d", b"key-" + b"x" * 130])),
-    value=st.one_of(st.none(), st.binary(max_size=200)),
+    # 9000 bytes: three-byte varints (the value's length and the record's)
+    value=st.one_of(st.none(), st.binary(max_size=200), st.just(b"v" * 9000)),
     timestamp=st.integers(min_value=START_MS - 10**6, max_value=START_MS + 10**6),
     headers=st.sampled_from([(), (("h", b"v"), ("n", None)), (("n", None), ("k", b"x" * 150))]),
 )
