@@ -342,7 +342,7 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
                      scratch_t *s, map_progress_t *p) {
     Py_ssize_t count = view->count;
     record_t *records = s->records;
-    if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
+    if (parse_record_keys(view->records, view->records_bytes, count, &view->info, records) < 0) {
         return -1;
     }
     /* The records with a key at offsets from start, their keys digested, and the first slot

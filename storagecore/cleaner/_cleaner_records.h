@@ -46,9 +46,11 @@ typedef struct {
 
 /* Fill records[0..count) from an uncompressed payload. 0 when the reference decoder would
  * accept it (and every header key is ASCII, so that its str round trip is byte-exact); -1
- * otherwise. */
-static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
-                         const batch_info_t *info, record_t *records) {
+ * otherwise. keys_only (the map pass): the same checks, but only the offsets and keys are
+ * stored. */
+static inline __attribute__((always_inline)) int parse_records_as(
+    const uint8_t *buf, Py_ssize_t end, Py_ssize_t count, const batch_info_t *info,
+    record_t *records, int keys_only) {
     ptrdiff_t pos = 0;
     for (Py_ssize_t index = 0; index < count; index++) {
         record_t *r = &records[index];
@@ -56,19 +58,22 @@ static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
         if (walk_record(buf, &pos, end, &w) != WALK_OK) return -1;
         r->offset_delta = w.offset_delta;
         if (__builtin_add_overflow(info->base_offset, w.offset_delta, &r->offset)) return -1;
+        int64_t timestamp;
         if (info->log_append) {
-            r->timestamp = info->log_append_time;
-        } else if (__builtin_add_overflow(info->base_timestamp, w.timestamp_delta,
-                                          &r->timestamp)) {
+            timestamp = info->log_append_time;
+        } else if (__builtin_add_overflow(info->base_timestamp, w.timestamp_delta, &timestamp)) {
             return -1;
         }
         r->key = w.key;
         r->key_length = w.key_length;
-        r->value = w.value;
-        r->value_length = w.value_length;
-        r->headers = w.headers;
-        r->header_count = w.header_count;
-        r->headers_bytes = w.headers_bytes;
+        if (!keys_only) {
+            r->timestamp = timestamp;
+            r->value = w.value;
+            r->value_length = w.value_length;
+            r->headers = w.headers;
+            r->header_count = w.header_count;
+            r->headers_bytes = w.headers_bytes;
+        }
         ptrdiff_t header_pos = 0;
         for (int64_t h = 0; h < w.header_count; h++) {
             walked_header_t header;
@@ -79,6 +84,16 @@ static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
         }
     }
     return pos == end ? 0 : -1;
+}
+
+static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
+                         const batch_info_t *info, record_t *records) {
+    return parse_records_as(buf, end, count, info, records, 0);
+}
+
+static int parse_record_keys(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
+                             const batch_info_t *info, record_t *records) {
+    return parse_records_as(buf, end, count, info, records, 1);
 }
 
 /* ---- records parsed before ---------------------------------------------------------------- */
