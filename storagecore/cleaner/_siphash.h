@@ -161,27 +161,28 @@ __attribute__((target("avx2"))) static void siphash128_x4_avx2(
         for (int i = 0; i < c_rounds; i++) SIP_VROUND;
         v0 = _mm256_xor_si256(v0, m);
     }
-    __m256i b = _mm256_set_epi64x(
-        (long long)sip_last_word(data[3] + whole, length),
-        (long long)sip_last_word(data[2] + whole, length),
-        (long long)sip_last_word(data[1] + whole, length),
-        (long long)sip_last_word(data[0] + whole, length));
+    __m256i b = length % 8 == 0 /* the last word is the length alone, in every lane */
+                    ? _mm256_set1_epi64x((long long)((uint64_t)length << 56))
+                    : _mm256_set_epi64x((long long)sip_last_word(data[3] + whole, length),
+                                        (long long)sip_last_word(data[2] + whole, length),
+                                        (long long)sip_last_word(data[1] + whole, length),
+                                        (long long)sip_last_word(data[0] + whole, length));
     v3 = _mm256_xor_si256(v3, b);
     for (int i = 0; i < c_rounds; i++) SIP_VROUND;
     v0 = _mm256_xor_si256(v0, b);
     v2 = _mm256_xor_si256(v2, _mm256_set1_epi64x(0xee));
     for (int i = 0; i < d_rounds; i++) SIP_VROUND;
-    uint64_t lo[4], hi[4];
-    _mm256_storeu_si256((__m256i *)lo,
-                        _mm256_xor_si256(_mm256_xor_si256(v0, v1), _mm256_xor_si256(v2, v3)));
+    __m256i lo = _mm256_xor_si256(_mm256_xor_si256(v0, v1), _mm256_xor_si256(v2, v3));
     v1 = _mm256_xor_si256(v1, _mm256_set1_epi64x(0xdd));
     for (int i = 0; i < d_rounds; i++) SIP_VROUND;
-    _mm256_storeu_si256((__m256i *)hi,
-                        _mm256_xor_si256(_mm256_xor_si256(v0, v1), _mm256_xor_si256(v2, v3)));
-    for (int lane = 0; lane < 4; lane++) {
-        sip_store_le64(out[lane], lo[lane]);
-        sip_store_le64(out[lane] + 8, hi[lane]);
-    }
+    __m256i hi = _mm256_xor_si256(_mm256_xor_si256(v0, v1), _mm256_xor_si256(v2, v3));
+    /* Each lane's digest is its low then its high half (little-endian words, as
+     * sip_store_le64 writes them): lanes 0 and 2, then 1 and 3, paired by the unpacks. */
+    __m256i even = _mm256_unpacklo_epi64(lo, hi), odd = _mm256_unpackhi_epi64(lo, hi);
+    _mm_storeu_si128((__m128i *)out[0], _mm256_castsi256_si128(even));
+    _mm_storeu_si128((__m128i *)out[1], _mm256_castsi256_si128(odd));
+    _mm_storeu_si128((__m128i *)out[2], _mm256_extracti128_si256(even, 1));
+    _mm_storeu_si128((__m128i *)out[3], _mm256_extracti128_si256(odd, 1));
 }
 #endif
 
