@@ -187,12 +187,16 @@ class Cleaner:
         for segment, next_start in dirty_segments(log.segments, start, end):
             self.check_done(log.tp)
             walk = SegmentWalk(log.tp, segment, segment.offset_index.lookup(start).position)
+            # Only a walk from the file's start steps on the batch boundaries that the filter
+            # pass's walk (from 0) steps on: an index entry is not checked to be one.
+            from_start = walk.position == 0
             while True:
                 # The C engine takes every leading plain batch of a region in one call.
                 region = walk.region() if offset_map.native else None
                 mapped = None if region is None else offset_map.map_region(region, start)
                 if mapped is not None:
-                    self._checked.add(segment.log, walk.position, mapped.consumed_bytes)
+                    if from_start:
+                        self._checked.add(segment.log, walk.position, mapped.consumed_bytes)
                     walk.advance(mapped.consumed_bytes)
                     stats.map_bytes_read += mapped.consumed_bytes
                     stats.map_messages_read += mapped.walked

@@ -165,7 +165,9 @@ class CheckedSpans:
     reads the same bytes of the same sealed files, need not check them again (it still decides
     and writes everything as before). Keyed by the ``FileRecords`` object the pass read: a
     segment that is not the very one the map pass read (replaced, or opened again elsewhere)
-    has no span. Owned by one cleaner thread."""
+    has no span. Only walks from a file's start are added (the cleaner's map pass), so that a
+    span's batch boundaries are the filter's, which walks from the start too. Owned by one
+    cleaner thread."""
 
     def __init__(self) -> None:
         # Invariant: per file, spans are (start, end) positions, sorted, disjoint and not

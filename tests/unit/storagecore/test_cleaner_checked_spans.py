@@ -5,6 +5,7 @@ before, so a corrupt batch that the map pass did not read still fails the round.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,12 @@ from storagecore import (
     TimestampType,
     build_batch,
 )
+from storagecore.cleaner import Cleaner, CleanerStats
 from storagecore.cleaner.offset_map import OutputChunk, SkimpyOffsetMap
 from storagecore.cleaner.regions import CheckedSpans
 from storagecore.records import layout
 from storagecore.records.file_records import FileRecords
-from tests.unit.storagecore.helpers.cleaning import open_log, put_many, run_round
+from tests.unit.storagecore.helpers.cleaning import COMPACT, open_log, put_many, run_round
 from tests.unit.storagecore.helpers.native_cleaner import SECRET, START_MS, needs_native
 
 records = st.builds(
@@ -113,6 +115,31 @@ def test_a_corrupt_batch_the_map_pass_did_not_read_fails_the_round(
         CorruptRecordError, match=rf"t-0: .*00000000000000000000\.log at position {last_position}"
     ):
         run_round(log, first_dirty=log.segments[1].base_offset)
+    log.close()
+
+
+@needs_native
+def test_only_walks_from_a_segments_start_are_checked_spans(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A map pass that starts inside a segment (at the index entry before the first dirty
+    offset) steps on boundaries the filter pass's walk from the start is not known to share
+    (an index entry is not checked to be a batch's start): that segment gets no span, and the
+    filter checks all of it; the next segment, walked from its start, does."""
+    log = open_log(tmp_path, clock, dataclasses.replace(COMPACT, segment_bytes=1 << 20))
+    for _ in range(2):
+        put_many(log, [(b"k%d" % (i % 7), b"v" * 100) for i in range(40)])
+        log.roll()
+    first, second = log.segments[0], log.segments[1]
+    assert (first.base_offset, second.base_offset) == (0, 40)
+    start = 30
+    assert first.offset_index.lookup(start).position > 0  # the walk starts inside the file
+    cleaner = Cleaner(offset_map=SkimpyOffsetMap(24 * 4096))
+    stats = CleanerStats(topic_partition=str(log.tp), first_dirty_offset=start)
+    cleaner.build_offset_map(log, start, log.active_segment.base_offset, [], stats)
+    spans = cleaner._checked
+    assert all(spans.checked_from(first.log, p) == 0 for p, _ in first.log.batches())
+    assert spans.checked_from(second.log, 0) == second.size_bytes
     log.close()
 
 
