@@ -38,12 +38,12 @@ typedef struct {
     Py_ssize_t positions_len;
 } offset_map_t;
 
-/* The positions entry of offset, or NULL when outside the noted range. */
+/* The positions entry of offset, or NULL when outside the noted range (positions_len is 0
+ * when there are none; the unsigned difference wraps below positions_start). */
 static inline uint32_t *position_entry(const offset_map_t *map, int64_t offset) {
-    if (map->positions == NULL || offset < map->positions_start ||
-        offset - map->positions_start >= map->positions_len)
-        return NULL;
-    return map->positions + (offset - map->positions_start);
+    uint64_t index = (uint64_t)offset - (uint64_t)map->positions_start;
+    if (index >= (uint64_t)map->positions_len) return NULL;
+    return map->positions + index;
 }
 
 /* Note that the key of the record at offset sits at byte position of the table, found with
@@ -98,30 +98,43 @@ static inline void set_entry_offset(offset_map_t *map, Py_ssize_t position, int6
     memcpy(map->table + position + HASH_BYTES, &v, 8);
 }
 
-/* map_find from the byte position of the digest's first slot (slot_of(digest, slots, 0)),
- * which the batch loops compute once, when they prefetch it. */
-static inline Py_ssize_t map_find_from(offset_map_t *map, const uint8_t *digest,
-                                       Py_ssize_t first_position, int *found) {
-    map->lookups++;
+/* The probes of one lookup from the byte position of the digest's first slot (slot_of(digest,
+ * slots, 0)), which the batch loops compute once, when they prefetch it: the position found
+ * (see map_find), and in *probes the probes taken (the caller counts them and the lookup). */
+static inline Py_ssize_t probe_from(const offset_map_t *map, const uint8_t *digest,
+                                    Py_ssize_t first_position, int *found,
+                                    unsigned long long *probes) {
     const uint64_t d0 = word_at(digest), d1 = word_at(digest + 8);
     Py_ssize_t attempts = map->slots + HASH_BYTES;
     Py_ssize_t position = first_position;
     for (Py_ssize_t attempt = 0; attempt < attempts; attempt++) {
         if (attempt > 0) position = slot_of(digest, map->slots, attempt) * ENTRY_BYTES;
-        map->probes++;
         const uint8_t *entry = map->table + position;
         const uint64_t e0 = word_at(entry), e1 = word_at(entry + 8);
         if (e0 == d0 && e1 == d1) {
             *found = 1;
+            *probes = (unsigned long long)attempt + 1;
             return position;
         }
         if ((e0 | e1 | word_at(entry + 16)) == 0) { /* all ENTRY_BYTES zero: empty */
             *found = 0;
+            *probes = (unsigned long long)attempt + 1;
             return position;
         }
     }
     *found = 0;
+    *probes = (unsigned long long)attempts;
     return -1;
+}
+
+/* probe_from, counted in the map's lookups and probes. */
+static inline Py_ssize_t map_find_from(offset_map_t *map, const uint8_t *digest,
+                                       Py_ssize_t first_position, int *found) {
+    unsigned long long probes;
+    Py_ssize_t position = probe_from(map, digest, first_position, found, &probes);
+    map->lookups++;
+    map->probes += probes;
+    return position;
 }
 
 /* Byte position of digest's slot (*found = 1) or of the first empty slot on its probe path
@@ -180,47 +193,71 @@ static int open_positions(Py_buffer *positions, long long start, offset_map_t *m
 
 /* ---- digests and probes, a batch at a time ----------------------------------------------- */
 
-/* Mark record i wanted or not and, when wanted, append i to wanted[0..*n): one loop, no
- * branch (i is written at *n either way; *n <= i < the scratch's capacity). */
-static inline void mark_wanted(record_t *records, Py_ssize_t i, int is_wanted, Py_ssize_t *wanted,
-                               Py_ssize_t *n) {
-    records[i].wanted = is_wanted;
-    wanted[*n] = i;
-    *n += is_wanted;
-}
-
-/* How many wanted records ahead of its probe a key is digested and its first slot prefetched:
- * the map is large and its slots are visited at random, so each probe would otherwise wait for
- * memory; digesting the later keys in between gives the prefetch that time. */
-#define PREFETCH_DISTANCE 16
-
-/* Digest the k-th wanted record's key (when there is one) and prefetch its first slot. Every
- * wanted record is digested this way, in order, before its probe; with use_notes (the filter
- * pass), a record whose offset the map pass noted takes its slot from there instead. */
-static inline void digest_and_prefetch(const offset_map_t *map, record_t *records,
-                                       const Py_ssize_t *wanted, Py_ssize_t n, Py_ssize_t k,
-                                       sip_key_t key, int use_notes) {
-    if (k < n) {
-        record_t *r = &records[wanted[k]];
-        const uint32_t *noted = use_notes ? position_entry(map, r->offset) : NULL;
-        r->known = noted != NULL && *noted != 0 && *noted != UINT32_MAX;
-        if (r->known) { /* the map pass's note: no digest needed (see offset_map_t) */
+/* The filter pass's notes: each record it looks up (mapped in this round, with a key) whose
+ * offset the map pass noted takes its slot and probe count from there (no digest needed, see
+ * offset_map_t), and that slot is prefetched; the others are listed in todo[0..return) for
+ * digest_keys_of. */
+static Py_ssize_t take_notes(const offset_map_t *map, record_t *records, Py_ssize_t count,
+                             int64_t latest_offset, Py_ssize_t *todo) {
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        record_t *r = &records[i];
+        r->known = 0;
+        if (r->offset > latest_offset || r->key_length < 0) continue;
+        const uint32_t *noted = position_entry(map, r->offset);
+        if (noted != NULL && *noted != 0 && *noted != UINT32_MAX) {
+            r->known = 1;
             r->known_probes = (int)(*noted & POSITION_PROBES_MAX);
             r->first_position = (Py_ssize_t)((*noted >> POSITION_PROBE_BITS) - 1) * ENTRY_BYTES;
             __builtin_prefetch(map->table + r->first_position + HASH_BYTES);
-            return;
+        } else {
+            todo[m++] = i;
+        }
+    }
+    return m;
+}
+
+/* The digest of each key of records[todo[0..m)]: four at a time (siphash128_x4) where four in
+ * a row have keys of the same length (a topic's keys often do), else one at a time. */
+static void digest_keys_of(record_t *records, const Py_ssize_t *todo, Py_ssize_t m,
+                           sip_key_t key) {
+    Py_ssize_t k = 0;
+    while (k < m) {
+        record_t *r = &records[todo[k]];
+        if (k + 4 <= m) {
+            record_t *r1 = &records[todo[k + 1]], *r2 = &records[todo[k + 2]],
+                     *r3 = &records[todo[k + 3]];
+            if (r1->key_length == r->key_length && r2->key_length == r->key_length &&
+                r3->key_length == r->key_length) {
+                const uint8_t *const data[4] = {r->key, r1->key, r2->key, r3->key};
+                uint8_t *const out[4] = {r->digest, r1->digest, r2->digest, r3->digest};
+                siphash128_x4(data, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, out);
+                k += 4;
+                continue;
+            }
         }
         siphash128(r->key, (size_t)r->key_length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, r->digest);
-        r->first_position = slot_of(r->digest, map->slots, 0) * ENTRY_BYTES;
-        __builtin_prefetch(map->table + r->first_position);
+        k++;
     }
 }
+
+/* Prefetch the slot a record's lookup reads first: from its note (the offset of the
+ * entry is what the filter reads), else from its digest (first_position set here). */
+static inline void prefetch_slot(const offset_map_t *map, record_t *r) {
+    if (r->known) {
+        __builtin_prefetch(map->table + r->first_position + HASH_BYTES);
+        return;
+    }
+    r->first_position = slot_of(r->digest, map->slots, 0) * ENTRY_BYTES;
+    __builtin_prefetch(map->table + r->first_position);
+}
+
 /* ---- one batch --------------------------------------------------------------------------- */
 
 /* Scratch arrays sized for the largest batch seen, reused across the batches of a region. */
 typedef struct {
     record_t *records;
-    Py_ssize_t *wanted;
+    Py_ssize_t *wanted; /* the records whose keys a pass digests */
     char *kept;
     Py_ssize_t capacity;
 } scratch_t;
@@ -305,43 +342,57 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
                      scratch_t *s, map_progress_t *p) {
     Py_ssize_t count = view->count;
     record_t *records = s->records;
-    if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
+    if (parse_record_keys(view->records, view->records_bytes, count, &view->info, records) < 0) {
         return -1;
     }
-    Py_ssize_t n = 0, k = 0;
+    /* The records with a key at offsets from start, their keys digested, and the first slot
+     * of each asked for before the first probe. */
+    Py_ssize_t *wanted = s->wanted;
+    Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int is_wanted = records[i].key_length >= 0 && records[i].offset >= start;
-        mark_wanted(records, i, is_wanted, s->wanted, &n);
+        records[i].known = 0;
+        wanted[n] = i; /* kept only when wanted: no branch */
+        n += records[i].key_length >= 0 && records[i].offset >= start;
     }
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
-        digest_and_prefetch(map, records, s->wanted, n, q, key, 0);
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        const record_t *r = &records[i];
-        if (r->wanted) {
-            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key, 0);
-            if (p->size >= p->capacity) {
-                p->full = 1;
-                return 0;
-            }
-            int found;
-            unsigned long long probes_before = map->probes;
-            Py_ssize_t position = map_find_from(map, r->digest, r->first_position, &found);
-            if (!found) {
-                if (position < 0 || p->size >= map->slots) {
-                    p->overfull = 1;
-                    return 0;
-                }
-                memcpy(map->table + position, r->digest, HASH_BYTES);
-                p->size++;
-            }
-            set_entry_offset(map, position, r->offset);
-            note_position(map, r->offset, position, map->probes - probes_before);
-            p->puts++;
-            p->last_put = r->offset;
+    digest_keys_of(records, wanted, n, key);
+    for (Py_ssize_t q = 0; q < n; q++) prefetch_slot(map, &records[wanted[q]]);
+    /* The loop's state in locals (the table's stores could alias it through the pointers). */
+    Py_ssize_t size = p->size, puts = 0;
+    const Py_ssize_t capacity = p->capacity;
+    int64_t last_put = p->last_put;
+    unsigned long long probes = 0;
+    Py_ssize_t walked = count, k = 0;
+    for (; k < n; k++) {
+        const record_t *r = &records[wanted[k]];
+        if (size >= capacity) { /* full before this put: the records before it were walked */
+            p->full = 1;
+            walked = wanted[k];
+            break;
         }
-        p->walked++;
+        int found;
+        unsigned long long taken;
+        Py_ssize_t position = probe_from(map, r->digest, r->first_position, &found, &taken);
+        probes += taken;
+        if (!found) {
+            if (position < 0 || size >= map->slots) {
+                p->overfull = 1;
+                k++; /* its lookup was counted */
+                break;
+            }
+            memcpy(map->table + position, r->digest, HASH_BYTES);
+            size++;
+        }
+        set_entry_offset(map, position, r->offset);
+        note_position(map, r->offset, position, taken);
+        puts++;
+        last_put = r->offset;
     }
+    map->lookups += (unsigned long long)k; /* the records looked up */
+    map->probes += probes;
+    p->size = size;
+    p->puts += puts;
+    p->last_put = last_put;
+    p->walked += walked;
     return 0;
 }
 
@@ -382,46 +433,53 @@ static void frame_batch(uint8_t *out, const batch_view_t *view, const filtered_t
  * against new_base, for the caller to compress and frame. Nothing is written when nothing was
  * kept or when the batch is copied verbatim (all kept and no horizon to stamp). A tombstone
  * survives while now_ms is below the batch's delete horizon; a batch without one that keeps a
- * tombstone gets new_horizon_ms. -1 when declined. */
+ * tombstone gets new_horizon_ms. -1 when declined. parsed_before: the map pass's parse_records
+ * accepted these very records (reparse_records then reads them again without the checks). */
 static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
                         const batch_view_t *view, int frame, int64_t now_ms,
-                        int64_t new_horizon_ms, scratch_t *s, uint8_t *out, filtered_t *f) {
+                        int64_t new_horizon_ms, int parsed_before, scratch_t *s, uint8_t *out,
+                        filtered_t *f) {
     Py_ssize_t count = view->count;
     record_t *records = s->records;
     char *kept_flags = s->kept;
     const int has_horizon = view->has_horizon;
     const int64_t old_horizon = view->info.base_timestamp;
     memset(f, 0, sizeof(*f));
-    if (parse_records(view->records, view->records_bytes, count, &view->info, records) < 0) {
+    if (parsed_before) {
+        reparse_records(view->records, count, &view->info, records);
+    } else if (parse_records(view->records, view->records_bytes, count, &view->info, records) <
+               0) {
         return -1;
     }
-    Py_ssize_t n = 0, k = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int is_wanted = records[i].offset <= latest_offset && records[i].key_length >= 0;
-        mark_wanted(records, i, is_wanted, s->wanted, &n);
-    }
-    for (Py_ssize_t q = 0; q < PREFETCH_DISTANCE; q++) {
-        digest_and_prefetch(map, records, s->wanted, n, q, key, 1);
-    }
+    /* Every slot the decisions read, asked for before the first decision: a noted one at
+     * once, the others once their keys are digested. */
+    Py_ssize_t m = take_notes(map, records, count, latest_offset, s->wanted);
+    digest_keys_of(records, s->wanted, m, key);
+    for (Py_ssize_t q = 0; q < m; q++) prefetch_slot(map, &records[s->wanted[q]]);
+    /* The loop's counters in locals (stores to kept_flags could alias them otherwise). */
+    Py_ssize_t kept = 0, invalid = 0;
+    int tombstones = 0;
+    unsigned long long lookups = 0, probes = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         const record_t *r = &records[i];
         int keep;
         if (r->offset > latest_offset) {
             keep = 1; /* not mapped in this round */
         } else if (r->key_length < 0) {
-            f->invalid++;
+            invalid++;
             keep = 0;
         } else {
-            digest_and_prefetch(map, records, s->wanted, n, k++ + PREFETCH_DISTANCE, key, 1);
             int found;
             Py_ssize_t position;
+            lookups++;
             if (r->known) { /* the key's slot, as its digest would find it (see offset_map_t) */
-                map->lookups++;
-                map->probes += (unsigned long long)r->known_probes;
+                probes += (unsigned long long)r->known_probes;
                 position = r->first_position;
                 found = 1;
             } else {
-                position = map_find_from(map, r->digest, r->first_position, &found);
+                unsigned long long taken;
+                position = probe_from(map, r->digest, r->first_position, &found, &taken);
+                probes += taken;
             }
             int64_t mapped = found ? entry_offset(map, position) : -1; /* map_get */
             if (r->offset < mapped) {
@@ -433,13 +491,21 @@ static int filter_batch(offset_map_t *map, sip_key_t key, int64_t latest_offset,
             }
         }
         kept_flags[i] = (char)keep;
-        if (keep) {
-            f->kept++;
-            if (r->value_length < 0) f->tombstones = 1;
-        }
+        kept += keep;
+        tombstones |= keep & (r->value_length < 0);
     }
+    map->lookups += lookups;
+    map->probes += probes;
+    f->kept = kept;
+    f->invalid = invalid;
+    f->tombstones = tombstones;
     f->set_horizon = !has_horizon && f->tombstones;
     if (f->kept == 0 || (f->kept == count && !f->set_horizon)) return 0;
+    if (parsed_before) { /* the rebuild reads the kept records' timestamps and headers */
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (kept_flags[i]) complete_record(&records[i], &view->info);
+        }
+    }
     /* rebuild_batch -> build_batch: offset deltas must increase and stay within the last
      * offset delta; the base timestamp is the horizon if there is one, else the first kept
      * record's timestamp; the max timestamp is over the kept records. */

@@ -43,9 +43,24 @@ static PyObject *digest_keys(PyObject *self, PyObject *args) {
     sip_key_t key = sip_key((const uint8_t *)secret.buf);
     const uint8_t *bytes = (const uint8_t *)data.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < rows; i++) {
-        siphash128(bytes + ends[i], (size_t)(ends[i + 1] - ends[i]), key, SIP_C_ROUNDS,
-                   SIP_D_ROUNDS, out + i * SIPHASH_OUT_BYTES);
+    Py_ssize_t i = 0;
+    while (i < rows) {
+        size_t length = (size_t)(ends[i + 1] - ends[i]);
+        if (i + 4 <= rows && (size_t)(ends[i + 2] - ends[i + 1]) == length &&
+            (size_t)(ends[i + 3] - ends[i + 2]) == length &&
+            (size_t)(ends[i + 4] - ends[i + 3]) == length) { /* four of a length at once */
+            const uint8_t *const data[4] = {bytes + ends[i], bytes + ends[i + 1],
+                                            bytes + ends[i + 2], bytes + ends[i + 3]};
+            uint8_t *const digests[4] = {
+                out + i * SIPHASH_OUT_BYTES, out + (i + 1) * SIPHASH_OUT_BYTES,
+                out + (i + 2) * SIPHASH_OUT_BYTES, out + (i + 3) * SIPHASH_OUT_BYTES};
+            siphash128_x4(data, length, key, SIP_C_ROUNDS, SIP_D_ROUNDS, digests);
+            i += 4;
+            continue;
+        }
+        siphash128(bytes + ends[i], length, key, SIP_C_ROUNDS, SIP_D_ROUNDS,
+                   out + i * SIPHASH_OUT_BYTES);
+        i++;
     }
     Py_END_ALLOW_THREADS
 done:

@@ -29,7 +29,9 @@ typedef struct {
     const uint8_t *headers; /* just after the header count */
     int64_t header_count;
     Py_ssize_t headers_bytes;
-    int wanted; /* whether the pass needs the key's digest */
+    /* reparse_records: where the timestamp delta starts and the record ends (timestamp and
+     * headers are read by complete_record, for the records a rebuild writes) */
+    const uint8_t *timestamp_at, *end;
     int known;  /* filter: the key's slot came from the map pass's positions (no digest) */
     int known_probes; /* ... and the probes its lookup takes */
     uint8_t digest[HASH_BYTES];
@@ -44,9 +46,11 @@ typedef struct {
 
 /* Fill records[0..count) from an uncompressed payload. 0 when the reference decoder would
  * accept it (and every header key is ASCII, so that its str round trip is byte-exact); -1
- * otherwise. */
-static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
-                         const batch_info_t *info, record_t *records) {
+ * otherwise. keys_only (the map pass): the same checks, but only the offsets and keys are
+ * stored. */
+static inline __attribute__((always_inline)) int parse_records_as(
+    const uint8_t *buf, Py_ssize_t end, Py_ssize_t count, const batch_info_t *info,
+    record_t *records, int keys_only) {
     ptrdiff_t pos = 0;
     for (Py_ssize_t index = 0; index < count; index++) {
         record_t *r = &records[index];
@@ -54,19 +58,22 @@ static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
         if (walk_record(buf, &pos, end, &w) != WALK_OK) return -1;
         r->offset_delta = w.offset_delta;
         if (__builtin_add_overflow(info->base_offset, w.offset_delta, &r->offset)) return -1;
+        int64_t timestamp;
         if (info->log_append) {
-            r->timestamp = info->log_append_time;
-        } else if (__builtin_add_overflow(info->base_timestamp, w.timestamp_delta,
-                                          &r->timestamp)) {
+            timestamp = info->log_append_time;
+        } else if (__builtin_add_overflow(info->base_timestamp, w.timestamp_delta, &timestamp)) {
             return -1;
         }
         r->key = w.key;
         r->key_length = w.key_length;
-        r->value = w.value;
-        r->value_length = w.value_length;
-        r->headers = w.headers;
-        r->header_count = w.header_count;
-        r->headers_bytes = w.headers_bytes;
+        if (!keys_only) {
+            r->timestamp = timestamp;
+            r->value = w.value;
+            r->value_length = w.value_length;
+            r->headers = w.headers;
+            r->header_count = w.header_count;
+            r->headers_bytes = w.headers_bytes;
+        }
         ptrdiff_t header_pos = 0;
         for (int64_t h = 0; h < w.header_count; h++) {
             walked_header_t header;
@@ -77,6 +84,94 @@ static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
         }
     }
     return pos == end ? 0 : -1;
+}
+
+static int parse_records(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
+                         const batch_info_t *info, record_t *records) {
+    return parse_records_as(buf, end, count, info, records, 0);
+}
+
+static int parse_record_keys(const uint8_t *buf, Py_ssize_t end, Py_ssize_t count,
+                             const batch_info_t *info, record_t *records) {
+    return parse_records_as(buf, end, count, info, records, 1);
+}
+
+/* ---- records parsed before ---------------------------------------------------------------- */
+
+/* A varint / varlong of bytes that read_varint / read_varlong accepted before: the same value,
+ * without their bounds and length checks (the filter pass, on a batch the map pass parsed). */
+static inline __attribute__((always_inline)) int64_t reread_varint(const uint8_t *buf,
+                                                                   ptrdiff_t *pos) {
+    uint32_t value = buf[(*pos)++];
+    if (value & 0x80) { /* two bytes at least (a record's length, a 100-byte value's) */
+        uint32_t b = buf[(*pos)++];
+        value = (value & 0x7F) | (b & 0x7F) << 7;
+        int shift = 14;
+        while (b & 0x80) {
+            b = buf[(*pos)++];
+            value |= (b & 0x7F) << shift;
+            shift += 7;
+        }
+    }
+    return (int64_t)(int32_t)((value >> 1) ^ (uint32_t)(-(int32_t)(value & 1)));
+}
+
+static inline __attribute__((always_inline)) int64_t reread_varlong(const uint8_t *buf,
+                                                                    ptrdiff_t *pos) {
+    uint64_t value = buf[(*pos)++];
+    if (value & 0x80) {
+        value &= 0x7F;
+        int shift = 7;
+        for (;;) {
+            uint8_t b = buf[(*pos)++];
+            value |= (uint64_t)(b & 0x7F) << shift;
+            if (!(b & 0x80)) break;
+            shift += 7;
+        }
+    }
+    return (int64_t)((value >> 1) ^ (uint64_t)(-(int64_t)(value & 1)));
+}
+
+/* parse_records of a payload that parse_records accepted before, with the same batch_info_t
+ * (the map pass parsed these very bytes: see filter_region's `checked`), without the checks
+ * that cannot fail again (framing, overflow, header keys), and without what the retention
+ * decisions do not read: the timestamp and the headers are left to complete_record. */
+static void reparse_records(const uint8_t *buf, Py_ssize_t count, const batch_info_t *info,
+                            record_t *records) {
+    ptrdiff_t pos = 0;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        record_t *r = &records[index];
+        ptrdiff_t p = pos;
+        int64_t length = reread_varint(buf, &p);
+        ptrdiff_t body_end = p + (ptrdiff_t)length;
+        p += 1; /* attributes */
+        r->timestamp_at = buf + p;
+        while (buf[p++] & 0x80) { /* the timestamp delta's bytes */
+        }
+        r->offset_delta = reread_varint(buf, &p);
+        r->offset = info->base_offset + r->offset_delta;
+        r->key_length = reread_varint(buf, &p);
+        r->key = buf + p;
+        if (r->key_length > 0) p += (ptrdiff_t)r->key_length;
+        r->value_length = reread_varint(buf, &p);
+        r->value = buf + p;
+        r->end = buf + body_end;
+        pos = body_end;
+    }
+}
+
+/* The rest of a record that reparse_records read: its timestamp and headers, as
+ * parse_records sets them. */
+static inline void complete_record(record_t *r, const batch_info_t *info) {
+    ptrdiff_t p = 0;
+    int64_t timestamp_delta = reread_varlong(r->timestamp_at, &p);
+    r->timestamp = info->log_append ? info->log_append_time
+                                    : info->base_timestamp + timestamp_delta;
+    const uint8_t *after_value = r->value + (r->value_length > 0 ? r->value_length : 0);
+    p = 0;
+    r->header_count = reread_varint(after_value, &p);
+    r->headers = after_value + p;
+    r->headers_bytes = r->end - r->headers;
 }
 
 /* ---- encoding kept records --------------------------------------------------------------- */

@@ -57,8 +57,10 @@ static PyObject *call_codec(PyObject *fn, const uint8_t *data, Py_ssize_t size, 
  * checks it (declared length, magic, CRC-32C, counts) and plain (not control, not
  * transactional, uncompressed or compressed with a codec in codecs); 0 when the region ends
  * before the batch does; -1 when the caller's per-batch path must take it (it raises the
- * reference's error for an invalid one). */
-static Py_ssize_t plain_batch(const uint8_t *b, Py_ssize_t avail, const codecs_t *codecs) {
+ * reference's error for an invalid one). A batch within the first `checked` bytes at b had
+ * its CRC-32C checked by the map pass (the same bytes of the same sealed segment): not again. */
+static Py_ssize_t plain_batch(const uint8_t *b, Py_ssize_t avail, const codecs_t *codecs,
+                              Py_ssize_t checked) {
     if (avail < LOG_OVERHEAD) return 0;
     int32_t length = get32(b + LENGTH_OFFSET);
     if (length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD) return -1;
@@ -70,6 +72,7 @@ static Py_ssize_t plain_batch(const uint8_t *b, Py_ssize_t avail, const codecs_t
     int codec = attributes & CODEC_MASK;
     if (codec != 0 && (codec >= CODEC_IDS || codecs->fn[codec] == NULL)) return -1;
     if (get32(b + RECORDS_COUNT_OFFSET) < 0 || get32(b + LAST_OFFSET_DELTA_OFFSET) < 0) return -1;
+    if (size <= checked) return size;
     uint32_t stored = (uint32_t)get32(b + CRC_OFFSET);
     if (crc32c(b + ATTRIBUTES_OFFSET, (size_t)(size - ATTRIBUTES_OFFSET)) != stored) return -1;
     return size;

@@ -86,7 +86,7 @@ static PyObject *map_region(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         const uint8_t *b = base + pos;
-        Py_ssize_t batch_size = plain_batch(b, region.len - pos, &codecs);
+        Py_ssize_t batch_size = plain_batch(b, region.len - pos, &codecs, 0);
         if (batch_size <= 0) {
             stop = batch_size == 0 ? STOP_END : STOP_BATCH;
             break;
@@ -156,6 +156,11 @@ static int64_t producer_last_offset(const int64_t *producers, Py_ssize_t n, int6
     return lo < n && producers[2 * lo] == pid ? producers[2 * lo + 1] : -1;
 }
 
+/* Prefetch the cache lines of p[0..size). */
+static inline void prefetch_bytes(const uint8_t *p, Py_ssize_t size) {
+    for (Py_ssize_t at = 0; at < size; at += 64) __builtin_prefetch(p + at);
+}
+
 /* A growable output buffer (PyMem_Raw: used without the GIL). */
 typedef struct {
     uint8_t *data;
@@ -175,7 +180,7 @@ static int out_reserve(out_t *o, size_t more) {
 
 /* filter_region(table, slots, latest_offset, secret, region, now_ms, new_horizon_ms,
  *               upper_bound, producers, decompressors, compressors, chunk, positions,
- *               positions_start)
+ *               positions_start, checked)
  *   -> (output, chunks, chunk, consumed, batches, messages_read, messages_written, invalid,
  *       verbatim, rebuilt, next_horizon_ms, stop, lookups, probes, last_offset)
  *
@@ -194,17 +199,20 @@ static int out_reserve(out_t *o, size_t more) {
  * by codec id, the callables the reference decompresses a batch's records and compresses a
  * rebuilt batch's kept records with. stop is STOP_END or STOP_BATCH as for map_region; a batch
  * whose records are all dropped but which must stay as an empty batch (the last batch of a
- * producer, or the one just below upper_bound) is left to the per-batch path. */
+ * producer, or the one just below upper_bound) is left to the per-batch path. checked: how many
+ * bytes from the start of region the map pass's map_region took (of the same sealed segment,
+ * so the same bytes: their CRCs and records passed its checks); a batch within them is not
+ * checked again (plain_batch, reparse_records). */
 static PyObject *filter_region(PyObject *self, PyObject *args) {
     Py_buffer table, secret, region, producers, positions;
-    Py_ssize_t slots;
+    Py_ssize_t slots, checked;
     long long latest_offset, now_ms, new_horizon_ms, upper_bound, positions_start;
     PyObject *decompressors, *compressors;
     long long flush_bytes, pending, chunk_last, chunk_max, chunk_of_max;
-    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*OO(LLLLL)y*L", &table, &slots, &latest_offset,
+    if (!PyArg_ParseTuple(args, "y*nLy*y*LLLy*OO(LLLLL)y*Ln", &table, &slots, &latest_offset,
                           &secret, &region, &now_ms, &new_horizon_ms, &upper_bound, &producers,
                           &decompressors, &compressors, &flush_bytes, &pending, &chunk_last,
-                          &chunk_max, &chunk_of_max, &positions, &positions_start))
+                          &chunk_max, &chunk_of_max, &positions, &positions_start, &checked))
         return NULL;
     PyObject *result = NULL, *records_held = NULL, *compressed_held = NULL;
     offset_map_t map;
@@ -236,10 +244,17 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         const uint8_t *b = base + pos;
-        Py_ssize_t batch_size = plain_batch(b, region.len - pos, &unpack);
+        Py_ssize_t batch_size = plain_batch(b, region.len - pos, &unpack, checked - pos);
         if (batch_size <= 0) {
             stop = batch_size == 0 ? STOP_END : STOP_BATCH;
             break;
+        }
+        if (pos + batch_size <= checked) {
+            /* No CRC streams through the next batch before its records are read here (a few
+             * bytes of each, which the hardware prefetcher follows poorly across pages): ask
+             * for its bytes, about one batch's worth, while this one is filtered. */
+            Py_ssize_t ahead = region.len - pos - batch_size;
+            prefetch_bytes(b + batch_size, ahead < batch_size ? ahead : batch_size);
         }
         batch_view_t view;
         if (view_region_batch(&_save, &unpack, b, batch_size, &records_held, &raised, &view) < 0) {
@@ -265,7 +280,7 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
         unsigned long long lookups = map.lookups, probes = map.probes;
         uint8_t *target = codec != 0 ? raw.data : out.data + out.used;
         if (filter_batch(&map, key, latest_offset, &view, codec == 0, now_ms, new_horizon_ms,
-                         &scratch, target, &f) < 0) {
+                         pos + batch_size <= checked, &scratch, target, &f) < 0) {
             map.lookups = lookups;
             map.probes = probes;
             stop = STOP_BATCH;
@@ -485,7 +500,7 @@ static PyObject *filter_records(PyObject *self, PyObject *args) {
     int declined;
     Py_BEGIN_ALLOW_THREADS
     declined = filter_batch(&map, key, latest_offset, &view, payload.buf == NULL, now_ms,
-                            new_horizon_ms, &scratch, out, &f);
+                            new_horizon_ms, 0, &scratch, out, &f);
     Py_END_ALLOW_THREADS
     if (declined) {
         result = Py_NewRef(Py_None);
@@ -566,6 +581,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc32c_init();
+    siphash_init();
     legacy_crc32_init(); /* this module's copy of the CRC-32 table (_legacy.h) */
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

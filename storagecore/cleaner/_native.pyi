@@ -79,6 +79,7 @@ def filter_region(
     chunk: tuple[int, int, int, int, int],
     positions: Buffer,
     positions_start: int,
+    checked: int,
     /,
 ) -> tuple[
     bytes,

@@ -46,7 +46,7 @@ from storagecore.cleaner.offset_map import (
     SkimpyOffsetMap,
     producer_pairs,
 )
-from storagecore.cleaner.regions import SegmentSource, SegmentWalk
+from storagecore.cleaner.regions import CheckedSpans, SegmentSource, SegmentWalk
 from storagecore.cleaner.stats import CleanerStats
 from storagecore.cleaner.throttler import Throttler
 from storagecore.cleaner.transactions import CleanedTransactionMetadata
@@ -109,6 +109,8 @@ class Cleaner:
         )
         self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
         self.check_done = check_done
+        # What the last map pass's region calls took, for the filter pass (see CheckedSpans).
+        self._checked = CheckedSpans()
 
     # -- one round -------------------------------------------------------------------------
     def clean(self, request: CleanRequest, now_ms: int | None = None) -> CleanerStats:
@@ -142,17 +144,20 @@ class Cleaner:
         legacy_horizon_ms = legacy_delete_horizon_ms(
             log.segments, request.first_dirty_offset, log.config.delete_retention_ms
         )
-        for group in groups:
-            self.clean_segments(
-                log,
-                group,
-                now_ms=now,
-                stats=stats,
-                txns=txns,
-                producers=producers,
-                upper_bound=upper,
-                legacy_delete_horizon_ms=legacy_horizon_ms,
-            )
+        try:
+            for group in groups:
+                self.clean_segments(
+                    log,
+                    group,
+                    now_ms=now,
+                    stats=stats,
+                    txns=txns,
+                    producers=producers,
+                    upper_bound=upper,
+                    legacy_delete_horizon_ms=legacy_horizon_ms,
+                )
+        finally:
+            self._checked.clear()
         stats.groups = len(groups)
         stats.end_s = time.monotonic()
         return stats
@@ -172,6 +177,7 @@ class Cleaner:
         actually put, and the round ends just after it.
         """
         offset_map = self.offset_map
+        self._checked.clear()
         # The round puts at most one key per offset from start to the log end.
         offset_map.clear(max_keys=log.log_end_offset - start, first_offset=start)
         # Everything below ``start`` is already clean: a round whose dirty range is empty (run
@@ -181,11 +187,16 @@ class Cleaner:
         for segment, next_start in dirty_segments(log.segments, start, end):
             self.check_done(log.tp)
             walk = SegmentWalk(log.tp, segment, segment.offset_index.lookup(start).position)
+            # Only a walk from the file's start steps on the batch boundaries that the filter
+            # pass's walk (from 0) steps on: an index entry is not checked to be one.
+            from_start = walk.position == 0
             while True:
                 # The C engine takes every leading plain batch of a region in one call.
                 region = walk.region() if offset_map.native else None
                 mapped = None if region is None else offset_map.map_region(region, start)
                 if mapped is not None:
+                    if from_start:
+                        self._checked.add(segment.log, walk.position, mapped.consumed_bytes)
                     walk.advance(mapped.consumed_bytes)
                     stats.map_bytes_read += mapped.consumed_bytes
                     stats.map_messages_read += mapped.walked
@@ -331,7 +342,13 @@ class Cleaner:
                         None
                         if region is None
                         else self.offset_map.filter_region(
-                            region, now_ms, horizon, upper_bound, pairs, chunk=output.chunk
+                            region,
+                            now_ms,
+                            horizon,
+                            upper_bound,
+                            pairs,
+                            chunk=output.chunk,
+                            checked_bytes=self._checked.checked_from(segment.log, walk.position),
                         )
                     )
                     if filtered is not None:

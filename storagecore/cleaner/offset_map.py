@@ -420,17 +420,21 @@ class SkimpyOffsetMap:
         producers: bytes,
         *,
         chunk: OutputChunk,
+        checked_bytes: int = 0,
     ) -> FilteredRegion | None:
         """The cleaner's filter over the leading plain batches of ``region``; ``producers``
         from :func:`producer_pairs`; ``chunk``: the state of the output chunk the region's
-        output continues (see :class:`OutputChunk`). None without the engine."""
+        output continues (see :class:`OutputChunk`); ``checked_bytes``: how many bytes from the
+        start of ``region`` this round's :meth:`map_region` calls took from the same file
+        (:class:`~storagecore.cleaner.regions.CheckedSpans`), whose checks are not repeated.
+        None without the engine."""
         if self._native is None:
             return None
         (output, chunks, after, consumed, batches, read, written, invalid, verbatim, rebuilt,
          horizon, stop, lookups, probes, last_offset) = self._native.filter_region(
             self._probed, self.slots, self.latest_offset, self.secret, region, now_ms,
             new_horizon_ms, upper_bound, producers, DECOMPRESSORS, COMPRESSORS, chunk,
-            self._positions, self._positions_start,
+            self._positions, self._positions_start, checked_bytes,
         )  # fmt: skip
         self.lookups += lookups
         self.probes += probes

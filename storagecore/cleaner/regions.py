@@ -157,3 +157,43 @@ class SegmentWalk:
             f"{self.tp}: {self.file.path}: {self.end - self.position} bytes at position "
             f"{self.position} do not form a complete batch"
         )
+
+
+class CheckedSpans:
+    """The byte spans of segment files that one round's map pass took with region calls: their
+    batches passed the engine's checks (framing, CRC-32C, records), so the filter pass, which
+    reads the same bytes of the same sealed files, need not check them again (it still decides
+    and writes everything as before). Keyed by the ``FileRecords`` object the pass read: a
+    segment that is not the very one the map pass read (replaced, or opened again elsewhere)
+    has no span. Only walks from a file's start are added (the cleaner's map pass), so that a
+    span's batch boundaries are the filter's, which walks from the start too. Owned by one
+    cleaner thread."""
+
+    def __init__(self) -> None:
+        # Invariant: per file, spans are (start, end) positions, sorted, disjoint and not
+        # touching (add merges a span that continues the last one). The files are held until
+        # clear(), at the end of the round (a weak mapping cost a weak reference per call).
+        self._spans: dict[FileRecords, list[tuple[int, int]]] = {}
+
+    def clear(self) -> None:
+        self._spans.clear()
+
+    def add(self, file: FileRecords, position: int, size: int) -> None:
+        """A region call took ``size`` bytes of ``file`` from ``position``."""
+        if size <= 0:
+            return
+        spans = self._spans.get(file)
+        if spans is None:
+            spans = self._spans[file] = []
+        if spans and spans[-1][1] == position:
+            spans[-1] = (spans[-1][0], position + size)
+        else:
+            assert not spans or spans[-1][1] < position, (file.path, spans[-1], position)
+            spans.append((position, position + size))
+
+    def checked_from(self, file: FileRecords, position: int) -> int:
+        """How many bytes of ``file`` from ``position`` lie in one span (0: none)."""
+        for start, end in self._spans.get(file, ()):
+            if start <= position < end:
+                return end - position
+        return 0

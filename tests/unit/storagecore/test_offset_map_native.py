@@ -125,6 +125,30 @@ def test_puts_leave_the_same_table(
     """Same table bytes, size, latest offset and full flag, including a map that fills in the
     middle of the batch (the capacity check comes before each put) and keys long enough to take
     the one-at-a-time MD5 path."""
+    _check_puts(keys, prefill, memory, start)
+
+
+@needs_native
+@given(
+    keys=st.integers(min_value=0, max_value=40).flatmap(
+        lambda length: st.lists(
+            st.one_of(st.none(), st.binary(min_size=length, max_size=length)),
+            min_size=1,
+            max_size=60,
+        )
+    ),
+    memory=st.integers(min_value=24 * 2, max_value=24 * 64),
+    start=st.integers(min_value=0, max_value=70),
+)
+def test_puts_of_keys_of_one_length_leave_the_same_table(
+    keys: list[bytes | None], memory: int, start: int
+) -> None:
+    """Keys of one length, as a topic's often are: the engine digests four of them at once
+    (one per lane of a vector register) and must leave the table the reference leaves."""
+    _check_puts(keys, [], memory, start)
+
+
+def _check_puts(keys: list[bytes | None], prefill: list[bytes], memory: int, start: int) -> None:
     native_map = SkimpyOffsetMap(memory, 0.75, secret=SECRET)
     python_map = SkimpyOffsetMap(memory, 0.75, native=False, secret=SECRET)
     for offset, key in enumerate(prefill[: native_map.capacity]):
@@ -152,6 +176,30 @@ def test_key_digests_of_a_column_are_each_keys_digest(keys: list[bytes]) -> None
     offsets = struct.pack(f"={len(ends)}i", *ends)
     digests = key_digests(offsets, b"".join(keys), len(keys), SECRET)
     assert digests == b"".join(key_digest(key, SECRET) for key in keys)
+
+
+@given(
+    keys=st.lists(
+        st.integers(min_value=0, max_value=40).flatmap(
+            lambda length: st.lists(
+                st.binary(min_size=length, max_size=length), min_size=1, max_size=9
+            )
+        ),
+        max_size=6,
+    )
+)
+def test_key_digests_of_runs_of_one_length_are_the_python_digests(
+    keys: list[list[bytes]],
+) -> None:
+    """Runs of keys of one length (four at a time in the engine) and the keys between them
+    have the pure-Python reference's digests."""
+    flat = [key for run in keys for key in run]
+    ends = [0]
+    for key in flat:
+        ends.append(ends[-1] + len(key))
+    offsets = struct.pack(f"={len(ends)}i", *ends)
+    digests = key_digests(offsets, b"".join(flat), len(flat), SECRET)
+    assert digests == b"".join(siphash128(key, SECRET) for key in flat)
 
 
 @needs_native

@@ -201,6 +201,6 @@ def test_an_interrupt_inside_a_codec_call_propagates(tmp_path: Path, call: str) 
         else:
             _native.filter_region(
                 offset_map._table, offset_map.slots, 100, SECRET, data, START_MS, START_MS,
-                1000, b"", codecs, codecs, (4096, 0, -1, -1, -1), b"", 0,
+                1000, b"", codecs, codecs, (4096, 0, -1, -1, -1), b"", 0, 0,
             )  # fmt: skip
     log.close()
