@@ -5,13 +5,11 @@ writeback): a Produce's append and its partition lookup go on while a checkpoint
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from storagecore import NewRecord, TopicPartition, build_batch, durability
-from storagecore.clock import ManualClock
 from storageworker.kafka.broker import WorkerBroker
 from storageworker.worker import Worker
 
@@ -25,13 +23,8 @@ spec: {partitions: 2}
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[Worker]:
-    (tmp_path / "topics").mkdir()
-    (tmp_path / "topics" / "events.yaml").write_text(TOPIC, encoding="utf-8")
-    worker = Worker([tmp_path / "data"], tmp_path / "topics", None, clock=ManualClock(0))
-    worker.start(background=False)
-    yield worker
-    worker.shutdown()
+def topics_yaml() -> str:
+    return TOPIC
 
 
 def test_produce_goes_on_while_a_checkpoint_write_hangs(

@@ -4,13 +4,9 @@ partition before it, within the declared count, have a log."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from storagecore import NewRecord, TopicPartition, build_batch
-from storagecore.clock import ManualClock
 from storagecore.log import Log
 from storageworker.kafka import apis
 from storageworker.kafka.broker import WorkerBroker
@@ -30,13 +26,8 @@ spec: {partitions: 1}
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[Worker]:
-    (tmp_path / "topics").mkdir()
-    (tmp_path / "topics" / "topics.yaml").write_text(TOPICS, encoding="utf-8")
-    worker = Worker([tmp_path / "data"], tmp_path / "topics", None, clock=ManualClock(0))
-    worker.start(background=False)
-    yield worker
-    worker.shutdown()
+def topics_yaml() -> str:
+    return TOPICS
 
 
 def produce_codes(broker: WorkerBroker, targets: list[tuple[str, int]]) -> list[int]:
