@@ -66,8 +66,8 @@ logger = logging.getLogger(__name__)
 # Module constants: an Enum member looked up on its class costs ~40 ns a time.
 _CLIENT = AppendOrigin.CLIENT
 _REPLICATION = AppendOrigin.REPLICATION
-#: The length of a written native append's result (storagecore.native_append.NativeWritten),
-#: and of ValidatedRecords' fields at the head of an unwritten one.
+#: The length of a written native append's result (six ints: storagecore.records.scan's
+#: AppendToSegment), and of ValidatedRecords' fields at the head of an unwritten one.
 _WRITTEN_FIELDS = 6
 _VALIDATED_FIELDS = 8
 

@@ -35,17 +35,12 @@ NativeAppendSettings = tuple[int, int, bool, int, int, int]
 message.timestamp.before.max.ms, message.timestamp.after.max.ms: what the native call reads of
 the config, in its order."""
 
-NativeWritten = tuple[int, int, int, int, int, int]
-"""What a written native append returns: first offset, last offset, max timestamp, the shallow
-offset of the max timestamp, record count, bytes written."""
-
 #: The native calls, None without the extension (read per append: tests turn them off).
 append_to_segment: AppendToSegment | None = _native
 write_to_segment: WriteToSegment | None = _native_write
 
 __all__: Final = [
     "NativeAppendSettings",
-    "NativeWritten",
     "append_to_segment",
     "native_append_settings",
     "write_to_segment",

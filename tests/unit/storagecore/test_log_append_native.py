@@ -58,7 +58,7 @@ class _Spy:
         assert append_to_segment is not None
         self.calls += 1
         result = append_to_segment(*args)
-        if result is not None and len(result) == 6:  # written (NativeWritten)
+        if result is not None and len(result) == 6:  # written (six ints: scan.AppendToSegment)
             self.written += 1
         return result
 
