@@ -83,6 +83,13 @@ def add_parsers(sub: Any) -> None:
         help="a request must arrive, and a response be taken, within this (default 30000)",
     )
     p.add_argument(
+        "--kafka-socket-send-buffer-bytes",
+        type=int,
+        default=102_400,
+        help="SO_SNDBUF of each client connection, Kafka's socket.send.buffer.bytes (default "
+        "102400; -1: the kernel's own, autotuned)",
+    )
+    p.add_argument(
         "--kafka-offsets-topic-partitions",
         type=int,
         default=10,
@@ -167,6 +174,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 advertised_host=args.kafka_advertised_host,
                 max_connections=args.kafka_max_connections,
                 request_timeout_ms=args.kafka_request_timeout_ms,
+                socket_send_buffer_bytes=args.kafka_socket_send_buffer_bytes,
                 tls_cert_file=args.kafka_tls_cert,
                 tls_key_file=args.kafka_tls_key,
                 tls_client_ca_file=args.kafka_tls_client_ca,

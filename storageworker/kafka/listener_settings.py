@@ -70,7 +70,8 @@ class ListenerSettings:
             )
         if self.socket_send_buffer_bytes != -1 and self.socket_send_buffer_bytes < 1:
             raise ConfigError(
-                "kafka listener: socket send buffer bytes must be -1 (the kernel's) or >= 1, "
+                "kafka listener: --kafka-socket-send-buffer-bytes must be -1 (the kernel's) or "
+                ">= 1, "
                 f"not {self.socket_send_buffer_bytes}"
             )
         unknown = set(self.sasl_mechanisms) - set(MECHANISMS)

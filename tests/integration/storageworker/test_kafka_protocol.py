@@ -13,6 +13,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -309,3 +310,36 @@ def test_client_connections_have_kafkas_send_buffer(served: Served) -> None:
             check=True,
         ).stdout
     assert re.findall(r"\btb(\d+)", shown) == [str(2 * 102_400)], shown
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the socket")
+def test_the_send_buffer_is_the_flags(tmp_path: Path) -> None:
+    """``--kafka-socket-send-buffer-bytes`` reaches each accepted connection, and a value the
+    listener refuses stops ``logkeeper serve`` (exit 2) with the flag named."""
+    (tmp_path / "topics").mkdir()
+    (tmp_path / "settings.yaml").write_text(SETTINGS, encoding="utf-8")
+    declare(tmp_path, topic("events", 1, {}))
+    refused = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "logkeeper"), "serve",
+            "--data-dir", str(tmp_path / "data"), "--topics", str(tmp_path / "topics"),
+            "--http-port", "0", "--kafka-port", "0", "--kafka-socket-send-buffer-bytes", "0",
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused
+    assert "--kafka-socket-send-buffer-bytes must be" in refused.stderr, refused.stderr
+    server = Served(tmp_path, "--kafka-port", "0", "--kafka-socket-send-buffer-bytes", "65536")
+    try:
+        port = int(server.kafka_address.rsplit(":", 1)[1])
+        with RawClient(server.kafka_address) as client:
+            client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+            shown = subprocess.run(
+                ["ss", "-tmnH", "state", "established", f"( sport = :{port} )"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        assert re.findall(r"\btb(\d+)", shown) == [str(2 * 65_536)], shown
+    finally:
+        assert server.terminate() == 0

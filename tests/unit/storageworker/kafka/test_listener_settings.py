@@ -12,13 +12,18 @@ from storageworker.kafka.listener_settings import ListenerSettings
 from storageworker.kafka.server import set_send_buffer
 
 
-def test_the_default_is_kafkas() -> None:
+def test_the_default_is_kafkas_and_the_flags() -> None:
+    """One default from ``logkeeper serve --kafka-socket-send-buffer-bytes`` to the listener."""
+    from logkeeper.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--data-dir", "d", "--topics", "t"])
     assert ListenerSettings().socket_send_buffer_bytes == 102_400
+    assert args.kafka_socket_send_buffer_bytes == 102_400
 
 
 @pytest.mark.parametrize("size_bytes", [0, -2])
 def test_a_bad_send_buffer_is_refused_by_name(size_bytes: int) -> None:
-    with pytest.raises(ConfigError, match=f"socket send buffer bytes .* not {size_bytes}"):
+    with pytest.raises(ConfigError, match=f"--kafka-socket-send-buffer-bytes .* not {size_bytes}"):
         ListenerSettings(socket_send_buffer_bytes=size_bytes).check()
 
 
