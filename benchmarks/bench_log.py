@@ -24,6 +24,12 @@ absolute figures):
   lz4 decompressed, offsets and leader epoch set in place), then ``FileRecords.append``; one
   flush at the end; versus a plain ``FileChannel.write`` of the same buffers in the same JVM,
   alternating, warm JIT, best of ``--runs``. Its ratio is Kafka's share of its own plain write.
+* rounds (``--rounds``, default 3): the two append measurements above, ours then Kafka's, are
+  repeated; each round gives each side's ratio (printed, ours/Kafka), and a row shows the round
+  of our median ratio beside Kafka's median ratio. Both ratios move by 0.1-0.2 from one run to
+  the next on this shared machine (Kafka's 0.55-0.74 in the runs of 2026-11-27), more than the
+  difference being judged: one round per side decided the verdict by chance, medians over
+  rounds that alternate in time do not;
 * read: ``Log.read`` by offset from the start to the end in 1 MiB fetches, each starting where
   the previous one's last complete batch ended (``FetchResult.next_offset``), versus reading
   the same file sequentially in 1 MiB chunks (page cache warm for both).
@@ -33,8 +39,9 @@ absolute figures):
   batches, opening the log); the difference of the instruction totals over the records. Stable
   from run to run, unlike the timings.
 
-Targets: append: our ratio >= Kafka's ratio on the same batches (issue 2's first target was
-0.7 of the plain write); read >= 0.8 of the plain read. Printed with ok/BELOW, never asserted.
+Targets: append: our median ratio >= Kafka's median ratio on the same batches (issue 2's first
+target was 0.7 of the plain write); read >= 0.8 of the plain read. Printed with ok/BELOW, never
+asserted.
 
 The "(floor)" row is a reference, not a target: per batch only a copy, the native validation
 and a ``pwrite``, without segments, indexes, roll decisions or bookkeeping. It shows how much
@@ -108,6 +115,14 @@ def best_of_interleaved(
         for fn, times in ((plain, plain_times), (log, log_times)):
             times.append(fn())
     return min(plain_times), min(log_times)
+
+
+def median_round(rounds: list[tuple[float, float]]) -> tuple[float, float]:
+    """The (plain, log) throughputs of the round whose ratio is the median (the lower middle
+    one of an even number: ties go to Kafka), so the row's MB/s figures and its ratio come from
+    one round."""
+    ordered = sorted(rounds, key=lambda r: r[1] / r[0])
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def timed(fn: Callable[[], None]) -> Callable[[], float]:
@@ -286,6 +301,12 @@ def main() -> None:
         "--lz4-batch-kib", type=int, default=37, help="lz4 batch size (KiB, as stored)"
     )
     parser.add_argument("--runs", type=int, default=5, help="best of N runs per measurement")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="append rounds, ours and Kafka's in turn; the rows give each side's median ratio",
+    )
     parser.add_argument("--no-kafka", action="store_true", help="skip Kafka's harness")
     parser.add_argument("--no-callgrind", action="store_true")
     parser.add_argument("--callgrind-mib", type=int, default=4, help="MiB appended under callgrind")
@@ -302,7 +323,7 @@ def main() -> None:
     print(
         f"record scan implementation: {scan.IMPLEMENTATION}; {args.mib} MiB stored per run, "
         f"batches of {args.batch_kib} KiB (none) and {args.lz4_batch_kib} KiB (lz4) as stored, "
-        f"best of {args.runs}"
+        f"best of {args.runs}, appends in {args.rounds} rounds (median)"
     )
     # (name, plain B/s, log B/s, Kafka's ratio or None, target ratio or None)
     results: list[tuple[str, float, float, float | None, float | None]] = []
@@ -317,23 +338,40 @@ def main() -> None:
                 f"{sum(map(len, batches)) / len(batches) / 1000:.1f} KB stored and "
                 f"{records / len(batches):.0f} records each"
             )
-            plain, log = bench_append(root, batches, args.runs)
+            # Rounds: ours, then Kafka's, then ours again...: each side's ratio per round, the
+            # row shows the round of our median ratio and Kafka's median (see --rounds).
+            ours: list[tuple[float, float]] = []
+            kafkas: list[kafka_anchor.KafkaAppend] = []
+            batches_file = None if args.no_kafka else write_batches(root / "batches.bin", batches)
+            for _ in range(args.rounds):
+                ours.append(bench_append(root, batches, args.runs))
+                if batches_file is not None:
+                    kafka = kafka_anchor.kafka_append(
+                        batches_file, codec.config_name, root, runs=args.runs, warmup=2
+                    )
+                    assert kafka.records == records, (kafka.records, records)
+                    kafkas.append(kafka)
+            if batches_file is not None:
+                batches_file.unlink()
+            plain, log = median_round(ours)
             kafka_ratio = None
-            if not args.no_kafka:
-                kafka = kafka_anchor.kafka_append(
-                    write_batches(root / "batches.bin", batches),
-                    codec.config_name,
-                    root,
-                    runs=args.runs,
-                    warmup=2,
-                )
-                assert kafka.records == records, (kafka.records, records)
-                (root / "batches.bin").unlink()
+            if kafkas:
+                # The upper middle of an even number (ours takes the lower): ties go to Kafka.
+                kafka = sorted(kafkas, key=lambda k: k.ratio)[len(kafkas) // 2]
                 kafka_ratio = kafka.ratio
                 plain_mb_s, kafka_mb_s = kafka.bytes / kafka.plain_s, kafka.bytes / kafka.kafka_s
                 notes.append(
                     f"  Kafka {codec.config_name}: plain write {plain_mb_s / 1e6:.0f} MB/s, "
                     f"leader append {kafka_mb_s / 1e6:.0f} MB/s (JVM, same batches)"
+                )
+            if args.rounds > 1:
+                pairs = ", ".join(
+                    f"{log_r / plain_r:.2f}" + ("" if not kafkas else f"/{kafkas[i].ratio:.2f}")
+                    for i, (plain_r, log_r) in enumerate(ours)
+                )
+                notes.append(
+                    f"  append {codec.config_name}, each round's ratio (ours"
+                    f"{'' if not kafkas else '/Kafka'}): {pairs}"
                 )
             results.append((f"append {codec.config_name}", plain, log, kafka_ratio, kafka_ratio))
             if codec is Compression.NONE:

@@ -102,10 +102,15 @@ def test_bench_legacy_tiny(tmp_path: Path) -> None:
 
 def test_bench_log_tiny(tmp_path: Path) -> None:
     out = run_benchmark(
-        "bench_log.py", "--mib", "2", "--runs", "1", "--callgrind-mib", "1", tmp_path=tmp_path
-    )
+        "bench_log.py", "--mib", "2", "--runs", "1", "--rounds", "2", "--callgrind-mib", "1",
+        tmp_path=tmp_path,
+    )  # fmt: skip
     for row in ("append none", "append lz4", "read by offset"):
         assert row in out, out
+    # Two rounds: each one's ratio is listed (with Kafka's beside it when Java is here).
+    pair = r"\d\.\d\d/\d\.\d\d" if HAVE_JAVA else r"\d\.\d\d"
+    for codec in ("none", "lz4"):
+        assert re.search(rf"append {codec}, each round's ratio \(.*\): {pair}, {pair}\n", out), out
     if HAVE_JAVA:
         assert "Kafka none: plain write" in out, out
         assert "Kafka lz4: plain write" in out, out
