@@ -36,6 +36,7 @@ setup(
                 "storagecore/records/_headers.c",
                 "storagecore/records/_legacy.c",
                 "storagecore/records/_fetch.c",
+                "storagecore/records/_lz4_frame.c",
             ],
             depends=[
                 "storagecore/records/_layout.h",

@@ -2,7 +2,8 @@
  * the append fast path (_append.c, validate_uncompressed; _segment_append.c, append_to_segment:
  * the active segment's append in one call), the columnar decoder (_columns.c, decode_columns), the producer walk of a region or a file (_headers.c,
  * producer_batches, producer_batches_file), the legacy v0/v1 message-set reader (_legacy.c,
- * decode_legacy_set) and the read by offset of a segment (_fetch.c, read_by_offset).
+ * decode_legacy_set), the read by offset of a segment (_fetch.c, read_by_offset) and the LZ4
+ * frames of batches (_lz4_frame.c, lz4_frame_decompress).
  *
  * The scan walks the records of an uncompressed batch payload without building objects: checks
  * framing (length varints, field lengths, header keys, nothing left over) with _walker.h's
@@ -90,6 +91,10 @@ PyObject *storagecore_producer_batches(PyObject *self, PyObject *args);
 PyObject *storagecore_producer_batches_file(PyObject *self, PyObject *args);
 /* _fetch.c */
 PyObject *storagecore_read_by_offset(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* _lz4_frame.c */
+PyObject *storagecore_lz4_frame_decompress(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *storagecore_lz4_version(PyObject *self, PyObject *unused);
+void storagecore_lz4_frame_init(void);
 /* _legacy.c */
 PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args);
 PyObject *storagecore_check_legacy_entry(PyObject *self, PyObject *args);
@@ -147,6 +152,12 @@ static PyMethodDef methods[] = {
      "read_by_offset(fd, offsets, positions, base_offset, fetch_offset, max_size, max_position, "
      "size_bytes, min_one_message) -> (position, records, incomplete, next_offset) | None: see "
      "_fetch.c"},
+    {"lz4_frame_decompress", (PyCFunction)(void (*)(void))storagecore_lz4_frame_decompress,
+     METH_FASTCALL,
+     "lz4_frame_decompress(data, max_output_bytes) -> bytes | None: the first LZ4 frame's "
+     "content, None for a frame to leave to lz4.frame (see _lz4_frame.c)"},
+    {"lz4_version", storagecore_lz4_version, METH_NOARGS,
+     "lz4_version() -> LZ4_versionNumber() of the liblz4 loaded, 0 without one"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -156,6 +167,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     crc32c_init(); /* this file's copy of the tables */
     storagecore_columns_init();
     storagecore_legacy_init();
+    storagecore_lz4_frame_init();
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (add_layout_constants(m) < 0 || storagecore_legacy_constants(m) < 0 ||

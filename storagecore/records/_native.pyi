@@ -164,3 +164,10 @@ def read_by_offset(
 ) -> tuple[int, bytes, bool, int] | None:
     """(position, records, incomplete, next_offset) of LogSegment.read's bytes path, or None:
     use the Python path; see _fetch.c."""
+
+def lz4_frame_decompress(data: Buffer, max_output_bytes: int, /) -> bytes | None:
+    """The first LZ4 frame's content, or None for a frame to leave to lz4.frame (linked blocks,
+    checksums, a dictionary, anything invalid, more than max_output_bytes): see _lz4_frame.c."""
+
+def lz4_version() -> int:
+    """LZ4_versionNumber() of the liblz4 the module loaded, 0 when it could load none."""

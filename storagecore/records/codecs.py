@@ -7,6 +7,9 @@
   ``lz4.frame``'s default is linked blocks, which Kafka rejects ("Dependent block stream is
   unsupported"); below 64 KiB liblz4 hides the difference, which is why tests use larger inputs.
   Kafka's default level (9) selects lz4-java's fast compressor; other levels select LZ4 HC.
+  Decompressed by the C extension when it can (``_native.lz4_frame_decompress``: such frames,
+  one pass into the returned bytes, with the system's liblz4 when it is the ``lz4`` package's
+  version), else by ``lz4.frame``, which also words every error.
 * zstd: a plain zstd frame. Kafka writes frames without a content size, so decompression streams
   (``decompressobj``) instead of asking the frame for its size.
 
@@ -19,10 +22,12 @@ import enum
 import functools
 import struct
 import zlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import Final
 
 from storagecore.errors import CorruptRecordError, UnsupportedCompressionError
+from storagecore.native import load_extension
 
 
 class Compression(enum.IntEnum):
@@ -83,6 +88,23 @@ def _lz4_frame() -> ModuleType:
 
     module: ModuleType = lz4.frame
     return module
+
+
+_Lz4FrameDecompress = Callable[[bytes | memoryview, int], bytes | None]
+
+
+@functools.cache
+def _native_lz4() -> _Lz4FrameDecompress | None:
+    """The extension's LZ4 frame decoder, or None: without the extension, without a liblz4 it
+    could load, or when that liblz4 is not the version the ``lz4`` package bundles (then the two
+    could disagree on a damaged block; the same version decodes exactly alike)."""
+    import lz4  # noqa: PLC0415 (first use, as _lz4_frame)
+
+    native = load_extension("storagecore.records._native")
+    if native is None or native.lz4_version() != lz4.library_version_number():
+        return None
+    decompress: _Lz4FrameDecompress = native.lz4_frame_decompress
+    return decompress
 
 
 @functools.cache
@@ -213,6 +235,9 @@ _LZ4_WHOLE_CALL_RATIO: Final = 256
 
 
 def _unlz4(data: bytes | memoryview, max_output_bytes: int) -> bytes:
+    native = _native_lz4()
+    if native is not None and (decoded := native(data, max_output_bytes)) is not None:
+        return decoded
     if len(data) * _LZ4_WHOLE_CALL_RATIO <= max_output_bytes:
         try:
             out: bytes = _lz4_frame().decompress(data)  # the first frame; trailing bytes ignored
