@@ -300,8 +300,14 @@ def test_client_connections_have_kafkas_send_buffer(served: Served) -> None:
     """Each accepted connection gets Kafka's ``socket.send.buffer.bytes`` (100 KiB) instead of
     the kernel's autotuned buffer (listener_settings.py: less CPU per 1 MiB Fetch answer).
     Linux doubles a requested SO_SNDBUF; ``ss -tm`` shows it as ``tb``."""
-    port = int(served.kafka_address.rsplit(":", 1)[1])
-    with RawClient(served.kafka_address) as client:
+    assert send_buffers(served) == [2 * 102_400]
+
+
+def send_buffers(server: Served) -> list[int]:
+    """The send buffer (``tb``) of each connection the worker accepted, while one client is
+    connected (after one request, so it has been accepted)."""
+    port = int(server.kafka_address.rsplit(":", 1)[1])
+    with RawClient(server.kafka_address) as client:
         client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
         shown = subprocess.run(
             ["ss", "-tmnH", "state", "established", f"( sport = :{port} )"],
@@ -309,7 +315,7 @@ def test_client_connections_have_kafkas_send_buffer(served: Served) -> None:
             text=True,
             check=True,
         ).stdout
-    assert re.findall(r"\btb(\d+)", shown) == [str(2 * 102_400)], shown
+    return [int(size) for size in re.findall(r"\btb(\d+)", shown)]
 
 
 @pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the socket")
@@ -331,15 +337,6 @@ def test_the_send_buffer_is_the_flags(tmp_path: Path) -> None:
     assert "--kafka-socket-send-buffer-bytes must be" in refused.stderr, refused.stderr
     server = Served(tmp_path, "--kafka-port", "0", "--kafka-socket-send-buffer-bytes", "65536")
     try:
-        port = int(server.kafka_address.rsplit(":", 1)[1])
-        with RawClient(server.kafka_address) as client:
-            client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
-            shown = subprocess.run(
-                ["ss", "-tmnH", "state", "established", f"( sport = :{port} )"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-        assert re.findall(r"\btb(\d+)", shown) == [str(2 * 65_536)], shown
+        assert send_buffers(server) == [2 * 65_536]
     finally:
         assert server.terminate() == 0
