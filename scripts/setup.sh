@@ -16,6 +16,9 @@ if [ ! -f "$stamp" ]; then
   # An extension that fails to build must not hide behind the .so of an earlier build (the
   # build falls back to Python with a warning; the tests then assert which one loaded).
   find storagecore -name '*.so' -delete
+  # Only the build about to be made has a stamp: sources edited and then changed back must
+  # build again, not find the stamp of their first build beside another build's .so.
+  rm -f .venv/.installed-*-"${extras//,/_}"
   .venv/bin/python -m pip install --quiet -e ".[${extras}]"
   touch "$stamp"
 fi
