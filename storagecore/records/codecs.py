@@ -8,8 +8,9 @@
   unsupported"); below 64 KiB liblz4 hides the difference, which is why tests use larger inputs.
   Kafka's default level (9) selects lz4-java's fast compressor; other levels select LZ4 HC.
   Decompressed by the C extension when it can (``_native.lz4_frame_decompress``: such frames,
-  one pass into the returned bytes, with the system's liblz4 when it is the ``lz4`` package's
-  version), else by ``lz4.frame``, which also words every error.
+  block by block into a buffer per thread and one copy into the returned bytes, with the
+  system's liblz4 when it is the ``lz4`` package's version), else by ``lz4.frame``, which also
+  words every error.
 * zstd: a plain zstd frame. Kafka writes frames without a content size, so decompression streams
   (``decompressobj``) instead of asking the frame for its size.
 
