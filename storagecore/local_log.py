@@ -98,6 +98,8 @@ class LocalLog:
         #: The cache the segments' files open through (storagecore.file_cache); None: each
         #: segment keeps its files open.
         self.file_cache = self.segments[0].file_cache
+        #: The segment whose files :meth:`hold_active` holds, if any.
+        self._held_segment: LogSegment | None = None
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -212,6 +214,20 @@ class LocalLog:
         except OSError as exc:
             raise self.io_failed(what, exc) from exc
 
+    def hold_active(self, segment: LogSegment) -> int:
+        """Hold the active ``segment``'s files for appends (:meth:`LogSegment.hold_files`),
+        ending the hold of the segment held before it if it still has one (a roll ends it
+        itself; a truncation or a swap closes it or leaves it to this); its descriptor, or -1
+        when the file cache has no room to hold it."""
+        previous = self._held_segment
+        if previous is not None and previous is not segment:
+            previous.release_held_files()
+            self._held_segment = None
+        fd = segment.hold_files()
+        if fd >= 0:
+            self._held_segment = segment
+        return fd
+
     # -- roll ----------------------------------------------------------------------------------
     def roll(self, expected_next_offset: int | None, *, flush: bool = True) -> LogSegment:
         """Start a new active segment at ``max(expected_next_offset, log end offset)``.
@@ -250,6 +266,7 @@ class LocalLog:
                 logger.warning("%s: deleting stale file %s before rolling", self.tp, path)
                 path.unlink()
         active.on_become_inactive_segment()
+        active.release_held_files()
         segment = LogSegment.open(
             self.directory,
             new_offset,
@@ -496,6 +513,9 @@ class LocalLog:
         """Close every segment (trimming indexes), or with ``handles_only`` only drop the file
         handles (an offline dir, or what a crash leaves behind). Does not flush."""
         self.closed = True
+        if self._held_segment is not None:
+            self._held_segment.release_held_files()
+            self._held_segment = None
         for segment in self.segments:
             if handles_only:
                 segment.close_handles()

@@ -229,10 +229,18 @@ class Log(SegmentDeletion, LogReads):
                 local.check_usable()  # raises
             for attempt in (1, 2):
                 # The active segment's files stay pinned open throughout (a descriptor that
-                # cannot be had fails the append before anything is written).
+                # cannot be had fails the append before anything is written): held from one
+                # append to the next while the cache has room for it, else pinned for this one.
                 segment = local.segments[-1]
                 try:
-                    fd = segment.pin_files()
+                    held = segment.held_log
+                    if held is not None and held.held:
+                        fd, pinned = held.fd, False
+                    else:
+                        fd = local.hold_active(segment)
+                        pinned = fd < 0
+                        if pinned:
+                            fd = segment.pin_files()
                     try:
                         now_ms = self.clock.milliseconds()
                         settings = local.native_append
@@ -282,7 +290,8 @@ class Log(SegmentDeletion, LogReads):
                             ),
                         )
                     finally:
-                        segment.unpin_files()
+                        if pinned:
+                            segment.unpin_files()
                 except OSError as exc:
                     error = local.io_failed(f"append to {self.tp}", exc, append=True)
                     if attempt == 2 or not isinstance(error, ResourceExhaustedError):

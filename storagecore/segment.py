@@ -87,6 +87,9 @@ class LogSegment(SegmentFiles, SegmentReads):
         self.file_cache: FileCache | None = None
         # The three cached handles (pin_files), found once.
         self._handles: tuple[CachedFile, ...] | None = None
+        # Held for appends while active (hold_files).
+        self.held_log = None
+        self._held = ()
 
     # -- open / names ------------------------------------------------------------------------
     @classmethod
@@ -455,6 +458,7 @@ class LogSegment(SegmentFiles, SegmentReads):
         return (self.log.path, self.offset_index.path, self.time_index.path, self.txn_index_path())
 
     def close(self) -> None:
+        self.release_held_files()
         if self._unopened is not None:
             self._unopened = self._unopened._replace(closed=True)
             return

@@ -38,6 +38,10 @@ class SegmentFiles:
     file_cache: FileCache | None
     _unopened: UnopenedFiles | None
     _handles: tuple[CachedFile, ...] | None
+    held_log: Handle | None
+    """The ``.log``'s handle while :meth:`hold_files` holds the segment's files (check its
+    ``held``: closing the file ends the hold); None otherwise."""
+    _held: tuple[CachedFile, ...]
     _log: FileRecords
     _offset_index: OffsetIndex
     _time_index: TimeIndex
@@ -99,6 +103,7 @@ class SegmentFiles:
 
     def close_handles(self) -> None:
         """Close file handles without writing anything (a crash, as far as the files know)."""
+        self.release_held_files()
         if self._unopened is not None:
             self._unopened = self._unopened._replace(closed=True)
             return
@@ -125,6 +130,31 @@ class SegmentFiles:
         if cache is not None:
             cache.release_all(self._handles or self._cached_handles())
 
+    def hold_files(self) -> int:
+        """:meth:`pin_files` until :meth:`release_held_files` or the segment closes, for the
+        appends to this segment while it is active (storagecore.file_cache: a held file);
+        sets :attr:`held_log`. Returns the ``.log``'s descriptor, or -1 when the cache holds
+        as many files as it may (the caller pins per append then)."""
+        cache = self.file_cache
+        if cache is None:
+            handle = self.held_log = self._log.handle  # open for the segment's life
+            return handle.fd
+        handles = self._handles or self._cached_handles()
+        if not cache.hold_all(handles):
+            return -1
+        self._held = handles
+        self.held_log = handles[0]
+        return handles[0].fd
+
+    def release_held_files(self) -> None:
+        """End :meth:`hold_files`' hold (the segment is no longer active, or closes)."""
+        if self.held_log is None:
+            return
+        self.held_log = None
+        if self.file_cache is not None:
+            self.file_cache.release_held(self._held)
+        self._held = ()
+
     def _cached_handles(self) -> tuple[CachedFile, ...]:
         handles = self._handles
         if handles is None:
@@ -141,6 +171,7 @@ class SegmentFiles:
         it, such as the cleaner's, once swapped into a log that uses one)."""
         if self.file_cache is cache:
             return
+        self.release_held_files()
         self._open_files()
         self._log.use_cache(cache)
         self._offset_index.use_cache(cache)

@@ -182,6 +182,10 @@ class WorkerCollector(Collector):
             "max_open_files": (stats.max_open_files, "The bound of the segment-file cache"),
             "open_files": (stats.open_files, "Segment files the cache holds open"),
             "pinned_files": (stats.pinned_files, "Open segment files in use right now"),
+            "held_files": (
+                stats.held_files,
+                "Of the pinned files, the active segments' held for appends",
+            ),
         }
         for name, (value, text) in gauges.items():
             gauge = GaugeMetricFamily(f"{PREFIX}_file_cache_{name}", text)

@@ -61,6 +61,7 @@ def test_summary_view_counts_without_the_partition_list(setup: Setup) -> None:
     assert only["partitionSummary"]["count"] == 2
     assert summary["openFiles"]["maxOpenFiles"] == worker.log_manager.file_cache.max_open_files
     assert summary["openFiles"]["opensAtLoad"] == worker.log_manager.file_opens_at_load
+    assert summary["openFiles"]["heldForAppends"] == 1, "orders-1's active .log, held"
     assert summary["retention"] == {"deletedSegments": 0, "deletedBytes": 0}
 
 
@@ -98,7 +99,8 @@ def test_max_open_files_comes_from_the_settings_and_reloads(setup: Setup) -> Non
     assert worker.log_manager.file_cache.max_open_files == 64
     text = generate_latest(worker_registry(worker)).decode()
     assert "logkeeper_file_cache_max_open_files 64.0" in text
-    for name in ("open_files", "hits_total", "misses_total", "evictions_total", "sheds_total"):
+    names = ("open_files", "held_files", "hits_total", "misses_total", "evictions_total")
+    for name in (*names, "sheds_total"):
         assert f"logkeeper_file_cache_{name} " in text, name
     assert "logkeeper_open_files " in text
     with pytest.raises(ConfigError, match="maxOpenFiles: must be at least 16"):
