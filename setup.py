@@ -45,6 +45,7 @@ setup(
                 "storagecore/records/_scan.h",
                 "storagecore/records/_io.h",
                 "storagecore/records/_append.h",
+                "storagecore/records/_slots.h",
             ],
             extra_compile_args=["-O2", "-Wall", "-Werror"],
         ),

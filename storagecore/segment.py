@@ -44,6 +44,24 @@ class AppendedChunk(NamedTuple):
 
 
 class LogSegment(SegmentFiles, SegmentReads):
+    # The native append's slots: the attributes its glue reads and writes on every append,
+    # kept at fixed offsets it reaches directly (storagecore/records/_slots.h). Everything
+    # else is in the instance dict, as before.
+    __slots__ = (
+        "_log",
+        "_max_timestamp",
+        "_next_offset",
+        "_offset_index",
+        "_time_index",
+        "_verify_with",
+        "base_offset",
+        "bytes_since_last_index_entry",
+        "created_ms",
+        "index_interval_bytes",
+        "rolling_based_timestamp",
+        "rolling_jitter_ms",
+    )
+
     def __init__(  # noqa: PLR0917 - Kafka's constructor, called only by open() and tests
         self,
         log: FileRecords,

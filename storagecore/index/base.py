@@ -76,6 +76,19 @@ class AbstractIndex:
     index keeps no descriptor open for its writes."""
 
     entry: struct.Struct
+    # The dict and weak references the class had without __slots__, and the native
+    # append's slots (storagecore/records/_slots.h).
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "_columns",
+        "_dirty",
+        "_last",
+        "_mapping",
+        "_reserved",
+        "entries",
+        "max_entries",
+    )
 
     def __init__(
         self,

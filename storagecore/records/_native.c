@@ -82,7 +82,7 @@ int storagecore_append_init(PyObject *module);
 /* _segment_append.c */
 PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *storagecore_write_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-int storagecore_segment_append_init(void);
+int storagecore_segment_append_init(PyObject *m);
 /* _columns.c */
 PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
 void storagecore_columns_init(void);
@@ -171,7 +171,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (add_layout_constants(m) < 0 || storagecore_legacy_constants(m) < 0 ||
-        storagecore_append_init(m) < 0 || storagecore_segment_append_init() < 0) {
+        storagecore_append_init(m) < 0 || storagecore_segment_append_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -171,3 +171,6 @@ def lz4_frame_decompress(data: Buffer, max_output_bytes: int, /) -> bytes | None
 
 def lz4_version() -> int:
     """LZ4_versionNumber() of the liblz4 the module loaded, 0 when it could load none."""
+
+APPEND_SLOTS: tuple[str, ...]
+"""The attributes append_to_segment reads and writes at their __slots__ offsets (_slots.h)."""

@@ -38,34 +38,66 @@
 
 #include "_layout.h"
 #include "_append.h"
+#include "_slots.h"
 
-/* Attribute and method names, interned once. */
-static PyObject *s_verify_with, *s_verify, *s_max_timestamp, *s_max_timestamp_entry,
-    *s_next_offset_cached, *s_next_offset, *s_log, *s_offset_index, *s_time_index, *s_size_bytes,
-    *s_base_offset, *s_bytes_since, *s_interval, *s_jitter, *s_rolling_based, *s_load_first,
-    *s_created_ms, *s_entries, *s_max_entries, *s_mapping, *s_reserved, *s_columns, *s_last,
-    *s_last_raw, *s_native_target, *s_entry_written, *s_dirty, *s_reserve_kw;
+/* Method names, interned once; the attributes, read and written at their slots (_slots.h). */
+static PyObject *s_verify, *s_max_timestamp_entry, *s_next_offset, *s_load_first, *s_last_raw, *s_native_target, *s_entry_written, *s_reserve_kw;
 
-static int get_ll(PyObject *obj, PyObject *name, long long *out) {
-    PyObject *value = PyObject_GetAttr(obj, name);
+#define SLOT(var, name) static slot_attr_t var = {name, NULL, {NULL, NULL}, {-1, -1}};
+SLOT(a_verify_with, "_verify_with")
+SLOT(a_max_timestamp, "_max_timestamp")
+SLOT(a_next_offset_cached, "_next_offset")
+SLOT(a_log, "_log")
+SLOT(a_offset_index, "_offset_index")
+SLOT(a_time_index, "_time_index")
+SLOT(a_size_bytes, "size_bytes")
+SLOT(a_base_offset, "base_offset")
+SLOT(a_bytes_since, "bytes_since_last_index_entry")
+SLOT(a_interval, "index_interval_bytes")
+SLOT(a_jitter, "rolling_jitter_ms")
+SLOT(a_rolling_based, "rolling_based_timestamp")
+SLOT(a_created_ms, "created_ms")
+SLOT(a_entries, "entries")
+SLOT(a_max_entries, "max_entries")
+SLOT(a_mapping, "_mapping")
+SLOT(a_reserved, "_reserved")
+SLOT(a_columns, "_columns")
+SLOT(a_last, "_last")
+SLOT(a_dirty, "_dirty")
+#undef SLOT
+
+/* PyLong_AsLongLong without its slow path: for any value past one 30-bit digit (a timestamp,
+ * an offset past 2^30) that goes through _PyLong_AsByteArray, ~225 instructions a call. */
+static inline long long as_ll(PyObject *value) {
+    int overflow;
+    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0) {
+        PyErr_SetString(PyExc_OverflowError, "append_to_segment: an int past int64");
+        return -1;
+    }
+    return result;
+}
+
+static int get_ll(PyObject *obj, slot_attr_t *name, long long *out) {
+    PyObject *value = slot_get(obj, name);
     if (value == NULL) return -1;
-    *out = PyLong_AsLongLong(value);
+    *out = as_ll(value);
     Py_DECREF(value);
     return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-static int set_ll(PyObject *obj, PyObject *name, long long value) {
+static int set_ll(PyObject *obj, slot_attr_t *name, long long value) {
     PyObject *item = PyLong_FromLongLong(value);
     if (item == NULL) return -1;
-    int done = PyObject_SetAttr(obj, name, item);
+    int done = slot_set(obj, name, item);
     Py_DECREF(item);
     return done;
 }
 
 /* obj.<name>, or obj.<method>() when that is None (a value the Python object computes and
  * caches on first use); a new reference. */
-static PyObject *cached_or_call(PyObject *obj, PyObject *name, PyObject *method) {
-    PyObject *value = PyObject_GetAttr(obj, name);
+static PyObject *cached_or_call(PyObject *obj, slot_attr_t *name, PyObject *method) {
+    PyObject *value = slot_get(obj, name);
     if (value != Py_None) return value;
     Py_DECREF(value);
     return PyObject_CallMethodNoArgs(obj, method);
@@ -111,9 +143,9 @@ static int pair_ll(PyObject *pair, long long *first, long long *second) {
         PyErr_SetString(PyExc_TypeError, "append_to_segment: expected a tuple of two ints");
         return -1;
     }
-    *first = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 0));
+    *first = as_ll(PyTuple_GET_ITEM(pair, 0));
     if (*first == -1 && PyErr_Occurred()) return -1;
-    *second = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+    *second = as_ll(PyTuple_GET_ITEM(pair, 1));
     return *second == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
@@ -125,16 +157,16 @@ static int pair_ll(PyObject *pair, long long *first, long long *second) {
  * request to the general path; -1 with an exception set. */
 static int index_target(PyObject *index, Py_ssize_t entry_bytes, Py_ssize_t entries, int reserve,
                         PyObject **target, Py_ssize_t *slot, int *counted_by_index) {
-    PyObject *mapping = PyObject_GetAttr(index, s_mapping);
+    PyObject *mapping = slot_get(index, &a_mapping);
     if (mapping == NULL) return -1;
     if (mapping != Py_None) {
         long long reserved;
-        if (get_ll(index, s_reserved, &reserved) < 0) {
+        if (get_ll(index, &a_reserved, &reserved) < 0) {
             Py_DECREF(mapping);
             return -1;
         }
         if ((long long)(entries + 1) * entry_bytes <= reserved) {
-            PyObject *columns = PyObject_GetAttr(index, s_columns);
+            PyObject *columns = slot_get(index, &a_columns);
             int searched = columns == NULL ? -1 : PyObject_IsTrue(columns);
             Py_XDECREF(columns);
             if (searched < 0) {
@@ -175,7 +207,7 @@ static int index_target(PyObject *index, Py_ssize_t entry_bytes, Py_ssize_t entr
 static int last_timestamp(PyObject *time_index, Py_ssize_t entries, long long *out) {
     *out = -1;
     if (entries == 0) return 0;
-    PyObject *last = PyObject_GetAttr(time_index, s_last);
+    PyObject *last = slot_get(time_index, &a_last);
     if (last == Py_None) {
         Py_DECREF(last);
         last = PyObject_CallMethodNoArgs(time_index, s_last_raw);
@@ -199,9 +231,9 @@ static int entry_counted(PyObject *index, Py_ssize_t entries, int counted_by_ind
         done = result == NULL ? -1 : 0;
         Py_XDECREF(result);
     } else {
-        done = set_ll(index, s_entries, (long long)entries + 1) < 0 ||
-                       PyObject_SetAttr(index, s_last, values) < 0 ||
-                       PyObject_SetAttr(index, s_dirty, Py_True) < 0
+        done = set_ll(index, &a_entries, (long long)entries + 1) < 0 ||
+                       slot_set(index, &a_last, values) < 0 ||
+                       slot_set(index, &a_dirty, Py_True) < 0
                    ? -1
                    : 0;
     }
@@ -218,20 +250,20 @@ static int roll_free_limit(PyObject *segment, long long position, long long max_
     *limit = INT64_MAX;
     if (position == 0) return 0;
     long long jitter, allowed;
-    if (get_ll(segment, s_jitter, &jitter) < 0) return -1;
+    if (get_ll(segment, &a_jitter, &jitter) < 0) return -1;
     if (__builtin_sub_overflow(max_segment_ms, jitter, &allowed))
         allowed = max_segment_ms < 0 ? INT64_MIN : INT64_MAX;
-    PyObject *based = PyObject_GetAttr(segment, s_rolling_based);
+    PyObject *based = slot_get(segment, &a_rolling_based);
     if (based == Py_None) {
         Py_DECREF(based);
         PyObject *loaded = PyObject_CallMethodNoArgs(segment, s_load_first);
         if (loaded == NULL) return -1;
         Py_DECREF(loaded);
-        based = PyObject_GetAttr(segment, s_rolling_based);
+        based = slot_get(segment, &a_rolling_based);
     }
     if (based == NULL) return -1;
     if (based != Py_None) {
-        long long rolling_based = PyLong_AsLongLong(based);
+        long long rolling_based = as_ll(based);
         Py_DECREF(based);
         if (rolling_based == -1 && PyErr_Occurred()) return -1;
         if (rolling_based >= 0) {
@@ -243,7 +275,7 @@ static int roll_free_limit(PyObject *segment, long long position, long long max_
         Py_DECREF(based);
     }
     long long created;
-    if (get_ll(segment, s_created_ms, &created) < 0) return -1;
+    if (get_ll(segment, &a_created_ms, &created) < 0) return -1;
     if ((__int128)now_ms - created > allowed) *open = 0;
     return 0;
 }
@@ -255,7 +287,7 @@ static int settings_of(PyObject *settings, long long out[6]) {
         return -1;
     }
     for (int i = 0; i < 6; i++) {
-        out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(settings, i));
+        out[i] = as_ll(PyTuple_GET_ITEM(settings, i));
         if (out[i] == -1 && PyErr_Occurred()) return -1;
     }
     return 0;
@@ -279,7 +311,7 @@ static void active_release(active_t *a) {
 
 /* The segment's state as LogSegment.native_append_state gives it. */
 static int active_read(PyObject *segment, active_t *a) {
-    PyObject *verify_with = PyObject_GetAttr(segment, s_verify_with);
+    PyObject *verify_with = slot_get(segment, &a_verify_with);
     if (verify_with == NULL) return -1;
     int unverified = verify_with != Py_None;
     Py_DECREF(verify_with);
@@ -288,34 +320,34 @@ static int active_read(PyObject *segment, active_t *a) {
         if (done == NULL) return -1;
         Py_DECREF(done);
     }
-    PyObject *entry = cached_or_call(segment, s_max_timestamp, s_max_timestamp_entry);
+    PyObject *entry = cached_or_call(segment, &a_max_timestamp, s_max_timestamp_entry);
     if (entry == NULL) return -1;
     int failed = pair_ll(entry, &a->max_so_far, &a->offset_of_max_so_far);
     Py_DECREF(entry);
     if (failed) return -1;
-    PyObject *next = cached_or_call(segment, s_next_offset_cached, s_next_offset);
+    PyObject *next = cached_or_call(segment, &a_next_offset_cached, s_next_offset);
     if (next == NULL) return -1;
-    a->next_offset = PyLong_AsLongLong(next);
+    a->next_offset = as_ll(next);
     Py_DECREF(next);
     if (a->next_offset == -1 && PyErr_Occurred()) return -1;
-    if ((a->file = PyObject_GetAttr(segment, s_log)) == NULL ||
-        (a->offset_index = PyObject_GetAttr(segment, s_offset_index)) == NULL ||
-        (a->time_index = PyObject_GetAttr(segment, s_time_index)) == NULL)
+    if ((a->file = slot_get(segment, &a_log)) == NULL ||
+        (a->offset_index = slot_get(segment, &a_offset_index)) == NULL ||
+        (a->time_index = slot_get(segment, &a_time_index)) == NULL)
         return -1;
-    return get_ll(a->file, s_size_bytes, &a->position);
+    return get_ll(a->file, &a_size_bytes, &a->position);
 }
 
 /* After the write: LogSegment.record_appended's bookkeeping for `indexed` entries written. */
 static int active_appended(PyObject *segment, active_t *a, const plan_t *plan, Py_ssize_t size,
                            int indexed, long long bytes_since) {
-    if (set_ll(a->file, s_size_bytes, a->position + size) < 0) return -1;
-    if (a->position == 0 && set_ll(segment, s_rolling_based, plan->max_timestamp) < 0) return -1;
+    if (set_ll(a->file, &a_size_bytes, a->position + size) < 0) return -1;
+    if (a->position == 0 && set_ll(segment, &a_rolling_based, plan->max_timestamp) < 0) return -1;
     if (plan->max_timestamp > a->max_so_far) {
         a->max_so_far = plan->max_timestamp;
         a->offset_of_max_so_far = plan->offset_of_max;
         PyObject *entry = pair_of(a->max_so_far, a->offset_of_max_so_far);
         if (entry == NULL) return -1;
-        int done = PyObject_SetAttr(segment, s_max_timestamp, entry);
+        int done = slot_set(segment, &a_max_timestamp, entry);
         Py_DECREF(entry);
         if (done < 0) return -1;
     }
@@ -331,8 +363,8 @@ static int active_appended(PyObject *segment, active_t *a, const plan_t *plan, P
     } else {
         bytes_since += size;
     }
-    if (set_ll(segment, s_bytes_since, bytes_since) < 0) return -1;
-    return set_ll(segment, s_next_offset_cached, plan->last_offset + 1);
+    if (set_ll(segment, &a_bytes_since, bytes_since) < 0) return -1;
+    return set_ll(segment, &a_next_offset_cached, plan->last_offset + 1);
 }
 
 static PyObject *written_result(const plan_t *plan, Py_ssize_t size) {
@@ -368,19 +400,19 @@ static int active_prepare(PyObject *segment, active_t *a, const long long settin
     if (size > ATTRIBUTES_OFFSET + 1 && (buf[ATTRIBUTES_OFFSET + 1] & CODEC_MASK)) return 0;
     if (size > settings[0] - a->position) return 0; /* a roll, or RecordBatchTooLargeError */
     long long offset_max, time_max, entries;
-    if (get_ll(a->offset_index, s_entries, &entries) < 0) return -1;
+    if (get_ll(a->offset_index, &a_entries, &entries) < 0) return -1;
     a->offset_entries = (Py_ssize_t)entries;
-    if (get_ll(a->time_index, s_entries, &entries) < 0) return -1;
+    if (get_ll(a->time_index, &a_entries, &entries) < 0) return -1;
     a->time_entries = (Py_ssize_t)entries;
-    if (get_ll(a->offset_index, s_max_entries, &offset_max) < 0 ||
-        get_ll(a->time_index, s_max_entries, &time_max) < 0)
+    if (get_ll(a->offset_index, &a_max_entries, &offset_max) < 0 ||
+        get_ll(a->time_index, &a_max_entries, &time_max) < 0)
         return -1;
     if (a->offset_entries >= offset_max || a->time_entries >= time_max - 1) return 0;
     int open;
     if (roll_free_limit(segment, a->position, settings[1], now_ms, limit, &open) < 0) return -1;
     if (!open) return 0;
-    if (get_ll(segment, s_bytes_since, &ix->bytes_since) < 0 ||
-        get_ll(segment, s_interval, &ix->interval) < 0)
+    if (get_ll(segment, &a_bytes_since, &ix->bytes_since) < 0 ||
+        get_ll(segment, &a_interval, &ix->interval) < 0)
         return -1;
     /* An entry due now whose blocks are not reserved: the general path, which reserves them
      * after validating. */
@@ -396,7 +428,7 @@ static int active_prepare(PyObject *segment, active_t *a, const long long settin
     ix->max_so_far = a->max_so_far;
     ix->offset_of_max_so_far = a->offset_of_max_so_far;
     if (last_timestamp(a->time_index, a->time_entries, &ix->time_last_timestamp) < 0) return -1;
-    return get_ll(segment, s_base_offset, &a->base_offset) < 0 ? -1 : 1;
+    return get_ll(segment, &a_base_offset, &a->base_offset) < 0 ? -1 : 1;
 }
 
 PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -410,7 +442,7 @@ PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, P
     if (settings_of(args[0], settings) < 0) return NULL;
     long fd = PyLong_AsLong(args[2]);
     if (fd == -1 && PyErr_Occurred()) return NULL;
-    p.now_ms = PyLong_AsLongLong(args[4]);
+    p.now_ms = as_ll(args[4]);
     if (p.now_ms == -1 && PyErr_Occurred()) return NULL;
     if ((p.client = PyObject_IsTrue(args[5])) < 0 ||
         (p.replication = PyObject_IsTrue(args[6])) < 0)
@@ -498,7 +530,7 @@ PyObject *storagecore_write_to_segment(PyObject *self, PyObject *const *args, Py
     long long *fields[5] = {&plan.first_offset, &plan.last_offset, &plan.max_timestamp,
                             &plan.offset_of_max, &now_ms};
     for (int i = 0; i < 5; i++) {
-        *fields[i] = PyLong_AsLongLong(args[4 + i]);
+        *fields[i] = as_ll(args[4 + i]);
         if (*fields[i] == -1 && PyErr_Occurred()) return NULL;
     }
     active_t a = {0};
@@ -528,43 +560,44 @@ done:
     return result;
 }
 
-/* The interned names; -1 with an exception set. */
-int storagecore_segment_append_init(void) {
+/* The interned names, and the module's APPEND_SLOTS: the attribute names read at their slots
+ * (the test that the classes keep them in __slots__ reads it); -1 with an exception set. */
+int storagecore_segment_append_init(PyObject *m) {
     struct {
         PyObject **slot;
         const char *name;
     } names[] = {
-        {&s_verify_with, "_verify_with"},
         {&s_verify, "_verify"},
-        {&s_max_timestamp, "_max_timestamp"},
         {&s_max_timestamp_entry, "max_timestamp_entry"},
-        {&s_next_offset_cached, "_next_offset"},
         {&s_next_offset, "next_offset"},
-        {&s_log, "_log"},
-        {&s_offset_index, "_offset_index"},
-        {&s_time_index, "_time_index"},
-        {&s_size_bytes, "size_bytes"},
-        {&s_base_offset, "base_offset"},
-        {&s_bytes_since, "bytes_since_last_index_entry"},
-        {&s_interval, "index_interval_bytes"},
-        {&s_jitter, "rolling_jitter_ms"},
-        {&s_rolling_based, "rolling_based_timestamp"},
         {&s_load_first, "load_first_batch_timestamp"},
-        {&s_created_ms, "created_ms"},
-        {&s_entries, "entries"},
-        {&s_max_entries, "max_entries"},
-        {&s_mapping, "_mapping"},
-        {&s_reserved, "_reserved"},
-        {&s_columns, "_columns"},
-        {&s_last, "_last"},
         {&s_last_raw, "_last_raw"},
         {&s_native_target, "native_target"},
         {&s_entry_written, "entry_written"},
-        {&s_dirty, "_dirty"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         *names[i].slot = PyUnicode_InternFromString(names[i].name);
         if (*names[i].slot == NULL) return -1;
+    }
+    slot_attr_t *attrs[] = {
+        &a_verify_with, &a_max_timestamp, &a_next_offset_cached, &a_log, &a_offset_index,
+        &a_time_index, &a_size_bytes, &a_base_offset, &a_bytes_since, &a_interval, &a_jitter,
+        &a_rolling_based, &a_created_ms, &a_entries, &a_max_entries, &a_mapping, &a_reserved,
+        &a_columns, &a_last, &a_dirty,
+    };
+    const Py_ssize_t count = (Py_ssize_t)(sizeof(attrs) / sizeof(attrs[0]));
+    PyObject *slots = PyTuple_New(count);
+    if (slots == NULL) return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (slot_attr_init(attrs[i]) < 0) {
+            Py_DECREF(slots);
+            return -1;
+        }
+        PyTuple_SET_ITEM(slots, i, Py_NewRef(attrs[i]->interned));
+    }
+    if (PyModule_AddObject(m, "APPEND_SLOTS", slots) < 0) {
+        Py_DECREF(slots);
+        return -1;
     }
     s_reserve_kw = Py_BuildValue("(s)", "reserve");
     return s_reserve_kw == NULL ? -1 : 0;

@@ -138,6 +138,10 @@ class FileRecords:
     life, or, given a :class:`~storagecore.file_cache.FileCache`, opened on use and closed by
     the cache when idle (every system call below pins it for its duration)."""
 
+    # The dict and weak references the class had without __slots__, and the native
+    # append's slot (storagecore/records/_slots.h).
+    __slots__ = ("__dict__", "__weakref__", "size_bytes")
+
     def __init__(
         self,
         path: Path,

@@ -37,11 +37,14 @@ from storagecore import (
     log_validator,
     native_append,
 )
+from storagecore.index.base import AbstractIndex
 from storagecore.log_validator import AppendOrigin
 from storagecore.records import layout
 from storagecore.records.crc import crc32c
+from storagecore.records.file_records import FileRecords
 from storagecore.records.layout import NO_TIMESTAMP
 from storagecore.records.scan import append_to_segment, write_to_segment
+from storagecore.segment import LogSegment
 from tests.conftest import START_MS
 
 pytestmark = pytest.mark.skipif(append_to_segment is None, reason="native speed-up not built")
@@ -532,3 +535,16 @@ def test_a_reopened_segment_reads_its_state_from_the_files(
         assert spy.written == 3
     finally:
         twins.close()
+
+
+def test_the_attributes_the_native_append_reaches_directly_are_slots() -> None:
+    """The native append reads and writes these attributes at their __slots__ offsets
+    (storagecore/records/_slots.h): a class that moved one back into its instance dict would
+    still append correctly, only slower (the generic attribute calls) — this keeps them slots."""
+    from storagecore.records import _native  # only with the extension, as this module
+
+    owners = (LogSegment, AbstractIndex, FileRecords)
+    assert len(_native.APPEND_SLOTS) == 20
+    for name in _native.APPEND_SLOTS:
+        kinds = [type(vars(owner).get(name)).__name__ for owner in owners]
+        assert kinds.count("member_descriptor") == 1, (name, kinds)
