@@ -32,6 +32,7 @@ setup(
                 "storagecore/records/_native.c",
                 "storagecore/records/_append.c",
                 "storagecore/records/_segment_append.c",
+                "storagecore/records/_log_append.c",
                 "storagecore/records/_columns.c",
                 "storagecore/records/_headers.c",
                 "storagecore/records/_legacy.c",

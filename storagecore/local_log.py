@@ -67,6 +67,19 @@ class _PendingDelete:
 
 
 class LocalLog:
+    # The dict and weak references the class had without __slots__, and what the native
+    # common case of Log.append reads at its offsets (records/_log_append.c).
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "closed",
+        "flush_messages",
+        "native_append",
+        "offline",
+        "recovery_point",
+        "segments",
+    )
+
     def __init__(  # noqa: PLR0917 - built by Log only
         self,
         directory: Path,

@@ -73,6 +73,9 @@ _VALIDATED_FIELDS = 8
 
 
 class Log(SegmentDeletion, LogReads):
+    # Read at their offsets by the native common case of append (records/_log_append.c).
+    __slots__ = ("_local", "_lock", "_log_start_offset", "clock", "leader_epoch", "producer_state")
+
     def __init__(
         self,
         directory: Path,
@@ -220,9 +223,19 @@ class Log(SegmentDeletion, LogReads):
     ) -> LogAppendInfo:
         """Validate, assign offsets from the log end offset, roll if needed, append.
 
-        Nothing is written unless every batch of ``data`` is valid. (The hot path: the I/O guard
-        is spelled out rather than taken from the ``_io`` context manager, which costs more.)
+        Nothing is written unless every batch of ``data`` is valid. A client's request of
+        uncompressed batches without producer ids, to an active segment whose files are held,
+        is appended in one native call, these steps without a Python frame
+        (:data:`storagecore.native_append.append_active`); anything else, or anything that call
+        leaves (it then did nothing), takes the steps below. (The hot path: the I/O guard is
+        spelled out rather than taken from the ``_io`` context manager, which costs more.)
         """
+        if origin is _CLIENT:
+            active = native_append.append_active  # read per call: tests turn it off
+            if active is not None:
+                info = active(self, data)
+                if info is not None:
+                    return info
         with self._lock:
             local = self._local
             if local.offline or local.closed:
@@ -272,7 +285,7 @@ class Log(SegmentDeletion, LogReads):
                         first, last, max_timestamp, offset_of_max, records, size = done
                         self.producer_state.map_end_offset = last + 1  # no producers to update
                         if last + 1 - local.recovery_point >= local.flush_messages:
-                            local.flush(last + 1)
+                            self._flush_appended(last + 1)
                         # tuple.__new__: what LogAppendInfo's own (Python) __new__ does, a
                         # frame less; every field in order, duplicate=False last.
                         return tuple.__new__(
@@ -390,7 +403,7 @@ class Log(SegmentDeletion, LogReads):
         self.producer_state.complete_append(producers, next_offset)
         local = self._local
         if next_offset - local.recovery_point >= local.flush_messages:
-            local.flush(next_offset)
+            self._flush_appended(next_offset)
         return LogAppendInfo(
             first_offset=validated.first_offset,
             last_offset=validated.last_offset,
@@ -401,6 +414,16 @@ class Log(SegmentDeletion, LogReads):
             record_count=validated.record_count,
             valid_bytes=size,
         )
+
+    def _flush_appended(self, offset: int) -> None:
+        """The flush ``flush.messages`` asks for after an append that is written: an error is
+        the log's (it goes offline), never the append's to retry, which would write the
+        records twice."""
+        local = self._local
+        try:
+            local.flush(offset)
+        except OSError as exc:
+            raise local.io_failed(f"flush {self.tp} after an append", exc) from exc
 
     def _maybe_roll(
         self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int

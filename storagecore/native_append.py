@@ -16,17 +16,26 @@ markers that complete a transaction) goes to the general path, Kafka's steps one
 :meth:`storagecore.segment.LogSegment.append`), which is the specification: the two must leave
 byte-identical files (``tests/unit/storagecore/test_log_append_native.py``).
 
-The hot path of the write: no Python frame besides :meth:`storagecore.log.Log.append` and the
-pinning of the segment's files.
+The hot path of the write: no Python frame besides :meth:`storagecore.log.Log.append`, which
+makes one call, :data:`append_active` (storagecore/records/_log_append.c), for a client's
+request of uncompressed batches without producer ids to a segment whose files are held: its
+lock, checks, clock, this module's :data:`append_to_segment`, the producer state's map end offset
+and the LogAppendInfo, in C.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Final
 
+from storagecore.clock import SystemClock
 from storagecore.config import LogConfig
+from storagecore.log_info import LogAppendInfo
 from storagecore.log_validator import native_append_applies
 from storagecore.records.scan import AppendToSegment, WriteToSegment
+from storagecore.records.scan import append_active as _native_active
+from storagecore.records.scan import append_active_setup as _native_active_setup
 from storagecore.records.scan import append_to_segment as _native
 from storagecore.records.scan import write_to_segment as _native_write
 
@@ -38,9 +47,18 @@ the config, in its order."""
 #: The native calls, None without the extension (read per append: tests turn them off).
 append_to_segment: AppendToSegment | None = _native
 write_to_segment: WriteToSegment | None = _native_write
+#: Log.append's common case in one call (storagecore/records/_log_append.c): it appends through
+#: :data:`append_to_segment` as read at the time, so turning that off turns this off too.
+append_active: Callable[[object, bytes | bytearray | memoryview], LogAppendInfo | None] | None = (
+    _native_active
+)
+
+if _native_active_setup is not None:
+    _native_active_setup(sys.modules[__name__], LogAppendInfo, SystemClock)
 
 __all__: Final = [
     "NativeAppendSettings",
+    "append_active",
     "append_to_segment",
     "native_append_settings",
     "write_to_segment",

@@ -44,7 +44,8 @@ class AppendedChunk(NamedTuple):
 
 
 class LogSegment(SegmentFiles, SegmentReads):
-    # The native append's slots: the attributes its glue reads and writes on every append,
+    # The native append's slots: the attributes its glue reads and writes on every append
+    # (held_log: Log.append's, records/_log_append.c),
     # kept at fixed offsets it reaches directly (storagecore/records/_slots.h). Everything
     # else is in the instance dict, as before.
     __slots__ = (
@@ -57,6 +58,7 @@ class LogSegment(SegmentFiles, SegmentReads):
         "base_offset",
         "bytes_since_last_index_entry",
         "created_ms",
+        "held_log",
         "index_interval_bytes",
         "rolling_based_timestamp",
         "rolling_jitter_ms",

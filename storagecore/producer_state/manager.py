@@ -92,6 +92,10 @@ class PendingAppend:
 
 
 class ProducerStateManager:
+    # The dict and weak references the class had without __slots__, and what the native
+    # common case of Log.append writes at its offset (storagecore/records/_log_append.c).
+    __slots__ = ("__dict__", "__weakref__", "map_end_offset")
+
     def __init__(
         self,
         directory: Path,

@@ -83,6 +83,10 @@ int storagecore_append_init(PyObject *module);
 PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *storagecore_write_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int storagecore_segment_append_init(PyObject *m);
+/* _log_append.c */
+PyObject *storagecore_append_active(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *storagecore_append_active_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int storagecore_log_append_init(PyObject *m);
 /* _columns.c */
 PyObject *storagecore_decode_columns(PyObject *self, PyObject *args);
 void storagecore_columns_init(void);
@@ -134,6 +138,13 @@ static PyMethodDef methods[] = {
      "write_to_segment(settings, segment, fd, buffer, first_offset, last_offset, max_timestamp, "
      "offset_of_max_timestamp, now_ms): write a request append_to_segment validated and handed "
      "back for its producer ids; None means: use the Python path."},
+    {"append_active", (PyCFunction)(void (*)(void))storagecore_append_active, METH_FASTCALL,
+     "append_active(log, data) -> LogAppendInfo | None: Log.append's common case in one call; "
+     "None means: nothing was done, use Log.append's general steps (see _log_append.c)."},
+    {"append_active_setup", (PyCFunction)(void (*)(void))storagecore_append_active_setup,
+     METH_FASTCALL,
+     "append_active_setup(native_append_module, log_append_info, system_clock): what "
+     "append_active needs of the layers above (see _log_append.c)."},
     {"decode_columns", storagecore_decode_columns, METH_VARARGS,
      "decode_columns(region, position, end, columns, min_offset, max_offset, include_control, "
      "max_output_bytes, decompress) -> (rows, batches, position, problem, buffers, null_counts, "
@@ -171,7 +182,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     if (add_layout_constants(m) < 0 || storagecore_legacy_constants(m) < 0 ||
-        storagecore_append_init(m) < 0 || storagecore_segment_append_init(m) < 0) {
+        storagecore_append_init(m) < 0 || storagecore_segment_append_init(m) < 0 ||
+        storagecore_log_append_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -86,6 +86,15 @@ def append_to_segment(
     an index entry not reserved), and a ninth field, True when only the producer ids kept it
     back; None: use the Python path, nothing written."""
 
+def append_active(log: Any, data: Buffer, /) -> Any:
+    """Log.append's common case: the LogAppendInfo, or None (nothing was done): see
+    _log_append.c."""
+
+def append_active_setup(
+    native_append_module: Any, log_append_info: type, system_clock: type, /
+) -> None:
+    """What append_active needs of the layers above, given once: see _log_append.c."""
+
 def write_to_segment(
     settings: tuple[int, int, bool, int, int, int],
     segment: object,
@@ -174,3 +183,5 @@ def lz4_version() -> int:
 
 APPEND_SLOTS: tuple[str, ...]
 """The attributes append_to_segment reads and writes at their __slots__ offsets (_slots.h)."""
+LOG_APPEND_SLOTS: tuple[str, ...]
+"""The attributes append_active reads and writes at their __slots__ offsets (_slots.h)."""

@@ -40,6 +40,12 @@ AppendToSegment = Callable[
      bool, int],
     tuple[Any, ...] | None,
 ]  # fmt: skip
+#: (log, data) -> LogAppendInfo when written, None when nothing was done; see
+#: storagecore/records/_log_append.c. (``log`` is a storagecore.log.Log, a layer above.)
+AppendActive = Callable[[object, bytes | bytearray | memoryview], Any]
+#: (native_append module, LogAppendInfo, SystemClock): what AppendActive needs of the layers
+#: above, given once.
+AppendActiveSetup = Callable[[object, type, type], None]
 #: (settings, segment, fd, buffer, first_offset, last_offset, max_timestamp,
 #:  offset_of_max_timestamp, now_ms) -> bytes written, or None (nothing written); see
 #:  storagecore/records/_segment_append.c.
@@ -62,12 +68,18 @@ append_to_segment: Final[AppendToSegment | None] = (
 write_to_segment: Final[WriteToSegment | None] = (
     None if _NATIVE is None else _NATIVE.write_to_segment
 )
+append_active: Final[AppendActive | None] = None if _NATIVE is None else _NATIVE.append_active
+append_active_setup: Final[AppendActiveSetup | None] = (
+    None if _NATIVE is None else _NATIVE.append_active_setup
+)
 #: "c" or "python": which implementation this process uses (tests assert it).
 IMPLEMENTATION: Final[str] = "python" if _NATIVE is None else "c"
 
 __all__ = [
     "IMPLEMENTATION",
     "ScanResult",
+    "append_active",
+    "append_active_setup",
     "append_to_segment",
     "scan_records",
     "validate_uncompressed",

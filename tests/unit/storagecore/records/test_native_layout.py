@@ -23,6 +23,7 @@ OWN = {
     "STOP_FULL",
     # The native append's (records/_segment_append.c), checked in test_log_append_native.py.
     "APPEND_SLOTS",
+    "LOG_APPEND_SLOTS",
     # The legacy reader's (records/_legacy.c), checked in tests/property/test_legacy_native.py.
     "LEGACY_HEADER_BYTES",
     "LEGACY_OVERHEAD_V0",
