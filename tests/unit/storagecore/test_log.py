@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import struct
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from storagecore import (
     OffsetOutOfRangeError,
     RecordBatch,
     RecordTooLargeError,
+    StorageError,
     build_batch,
     build_control_batch,
+    native_append,
 )
 from storagecore.errors import CorruptRecordError
 from storagecore.records import layout
@@ -179,6 +182,28 @@ def test_flush_messages(tmp_path: Path, clock: ManualClock) -> None:
     assert log.recovery_point == 0
     log.append(batch(2))
     assert log.recovery_point == 5
+
+
+@pytest.mark.parametrize("way", ["native", "general"])
+def test_a_failed_flush_after_a_written_append_is_not_retried(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """flush.messages reached, the flush fails after the write: the records are there once and
+    the append fails; out of descriptors (a kind the append retries) it is still not retried,
+    which would write the records twice."""
+    if way == "general":  # the general steps, also where the extension is built
+        monkeypatch.setattr(native_append, "append_active", None)
+        monkeypatch.setattr(native_append, "append_to_segment", None)
+    log = open_log(tmp_path, clock, flush_messages=2)
+    log.append(batch(1))
+
+    def failing_flush(offset: int) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")  # a retriable kind, even so
+
+    monkeypatch.setattr(log._local, "flush", failing_flush)
+    with pytest.raises(StorageError, match="after an append"):
+        log.append(batch(1))
+    assert log.log_end_offset == 2 and log.size_bytes == 2 * len(batch(1))
 
 
 def test_nothing_is_written_when_any_batch_is_bad(tmp_path: Path, clock: ManualClock) -> None:
