@@ -1,5 +1,7 @@
 """The bounded cache of open segment files: LRU eviction, pins, the lazy indexes behind it,
-and resource errors (EMFILE, ENFILE, ENOMEM) that fail one request and never a directory."""
+resource errors (EMFILE, ENFILE, ENOMEM) that fail one request and never a directory, and the
+active segments' files held for appends: held from one append to the next, released when the
+segment stops being active or closes, never more than a quarter of the cache's bound."""
 
 from __future__ import annotations
 
@@ -14,9 +16,15 @@ import pytest
 from storagecore import LogConfig, LogManager, ManualClock, TopicPartition
 from storagecore import file_cache as file_cache_module
 from storagecore.errors import ResourceExhaustedError
-from storagecore.file_cache import FileCache, default_max_open_files, is_resource_exhausted
+from storagecore.file_cache import (
+    FileCache,
+    default_max_open_files,
+    is_resource_exhausted,
+    max_held_files,
+)
 from storagecore.index import MAPPED
 from storagecore.index import base as index_base
+from storagecore.log import Log
 from storagecore.records.batch import iter_complete_batches
 from storagecore.records.file_records import FileRecords
 from tests.conftest import START_MS, batch
@@ -30,6 +38,13 @@ def open_fds() -> int:
 
 def offsets_of(data: bytes) -> list[int]:
     return [r.offset for _, b in iter_complete_batches(data) for r in b.records()]
+
+
+def small_cache(tmp_path: Path, clock: ManualClock, max_open_files: int = 16) -> LogManager:
+    """Logs of small segments under ``tmp_path``, through a cache of ``max_open_files``."""
+    return LogManager(
+        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=max_open_files
+    )
 
 
 def test_the_cache_never_holds_more_than_its_bound(tmp_path: Path) -> None:
@@ -84,9 +99,7 @@ def test_logs_with_many_segments_read_right_through_a_small_cache(
     tmp_path: Path, clock: ManualClock
 ) -> None:
     before = open_fds()
-    with LogManager(
-        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
-    ) as manager:
+    with small_cache(tmp_path, clock) as manager:
         logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(6)]
         for n in range(30):
             for log in logs:
@@ -148,9 +161,7 @@ def test_resource_errors_fail_the_request_only_and_never_the_dir(
     tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     assert is_resource_exhausted(OSError(code, os.strerror(code)))
-    with LogManager(
-        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
-    ) as manager:
+    with small_cache(tmp_path, clock) as manager:
         logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(8)]
         for n in range(10):
             for log in logs:
@@ -180,9 +191,7 @@ def test_resource_errors_fail_the_request_only_and_never_the_dir(
 def test_an_append_retried_after_a_resource_error_is_written_once(
     tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with LogManager(
-        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
-    ) as manager:
+    with small_cache(tmp_path, clock) as manager:
         logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(8)]
         for n in range(10):
             for log in logs:
@@ -227,9 +236,7 @@ def descriptors_and_mappings(directory: Path) -> tuple[list[str], list[str]]:
 def test_appended_to_indexes_hold_no_descriptor_and_only_active_ones_are_mapped(
     tmp_path: Path, clock: ManualClock
 ) -> None:
-    with LogManager(
-        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
-    ) as manager:
+    with small_cache(tmp_path, clock) as manager:
         logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(3)]
         for n in range(40):
             for log in logs:
@@ -286,9 +293,7 @@ def test_enomem_on_mapping_an_index_fails_the_append_only_and_never_the_dir(
             raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM), str(path))
         return real.Mapping(path)
 
-    with LogManager(
-        [tmp_path], default_config=SMALL_SEGMENTS, clock=clock, max_open_files=16
-    ) as manager:
+    with small_cache(tmp_path, clock) as manager:
         log = manager.get_or_create_log(TopicPartition("t", 0))
         monkeypatch.setattr(index_base, "_MAPPING", SimpleNamespace(Mapping=failing_mapping))
         # The segment's first append maps its indexes, before anything is written.
@@ -303,3 +308,116 @@ def test_enomem_on_mapping_an_index_fails_the_append_only_and_never_the_dir(
         assert log.active_segment.offset_index.entries == 1
         assert not log.offline and manager.offline_dirs == []
         assert [r.offset for r in log.records()] == list(range(4))
+
+
+# -- the active segments' files, held for appends (FileCache.hold_all) ------------------------
+def held_segments(log: Log) -> list[int]:
+    return [s.base_offset for s in log.segments if s.held_log is not None and s.held_log.held]
+
+
+def test_the_bound_on_held_files_is_a_quarter_of_the_cache() -> None:
+    assert max_held_files(16) == 4
+    assert max_held_files(2048) == 512
+    assert max_held_files(3) == 1
+
+
+def test_appends_hold_the_active_segment_and_a_roll_moves_the_hold(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    with small_cache(tmp_path, clock, 64) as manager:
+        log = manager.get_or_create_log(TopicPartition("t", 0))
+        cache = manager.file_cache
+        log.append(batch(2, start_ms=START_MS))
+        active = log.segments[-1]
+        assert held_segments(log) == [active.base_offset]
+        assert active.held_log is not None and active.held_log.users == 1
+        stats = cache.stats()
+        assert stats.held_files == stats.pinned_files == len(active._held) >= 1
+        while len(log.segments) == 1:
+            log.append(batch(2, start_ms=START_MS))
+        # The roll released the old segment; the next append holds the new one.
+        assert held_segments(log) == [] and cache.stats().held_files == 0
+        assert active.held_log is None and all(not h.held for h in active._handles or ())
+        log.append(batch(2, start_ms=START_MS))
+        assert held_segments(log) == [log.segments[-1].base_offset]
+        assert cache.stats().held_files == len(log.segments[-1]._held)
+        assert [r.offset for r in log.records()] == list(range(log.log_end_offset))
+    assert cache.stats().held_files == 0 and cache.stats().pinned_files == 0
+
+
+def test_no_more_than_the_bound_is_held_and_the_rest_pin_per_append(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    before = open_fds()
+    with small_cache(tmp_path, clock) as manager:
+        logs = [manager.get_or_create_log(TopicPartition("t", p)) for p in range(10)]
+        cache = manager.file_cache
+        for n in range(20):
+            for log in logs:
+                log.append(batch(2, start_ms=START_MS + n))
+                stats = cache.stats()
+                assert stats.held_files <= max_held_files(16)
+                assert stats.open_files <= 16
+        held = [log for log in logs if held_segments(log)]
+        assert 0 < cache.stats().held_files <= max_held_files(16)
+        assert len(held) < len(logs), "past the bound, appends pin per call"
+        for log in logs:
+            assert [r.offset for r in log.records()] == list(range(40))
+        # Only the held files stay pinned between appends.
+        assert cache.stats().pinned_files == cache.stats().held_files
+    assert open_fds() == before
+
+
+def test_closing_a_held_file_ends_its_hold(tmp_path: Path) -> None:
+    cache = FileCache(16)
+    path = tmp_path / "0.log"
+    path.write_bytes(b"x")
+    handle = cache.file(path, os.O_RDWR)
+    assert cache.hold_all((handle,)) and handle.held and handle.fd >= 0
+    assert cache.hold_all((handle,)), "held twice is held once"
+    assert cache.stats().held_files == 1 and handle.users == 1
+    handle.close()
+    assert not handle.held and handle.fd == -1 and handle.users == 0
+    assert cache.stats().held_files == 0 and cache.stats().open_files == 0
+    cache.release_held((handle,))  # a release after the close changes nothing
+    assert cache.stats().held_files == 0
+
+
+def test_a_full_hold_budget_pins_nothing(tmp_path: Path) -> None:
+    cache = FileCache(16)
+    handles = []
+    for n in range(5):
+        path = tmp_path / f"{n}.log"
+        path.write_bytes(b"x")
+        handles.append(cache.file(path, os.O_RDWR))
+    for handle in handles[:4]:
+        assert cache.hold_all((handle,))
+    assert not cache.hold_all((handles[4],))
+    assert handles[4].users == 0 and handles[4].fd == -1 and not handles[4].held
+    cache.release_held(tuple(handles[:1]))
+    assert cache.hold_all((handles[4],)) and cache.stats().held_files == 4
+
+
+@pytest.mark.parametrize("how", ["delete_every_segment", "bulk_append"])
+def test_appends_after_the_held_segment_goes_write_to_the_new_one(
+    tmp_path: Path, clock: ManualClock, how: str
+) -> None:
+    with small_cache(tmp_path, clock, 64) as manager:
+        log = manager.get_or_create_log(TopicPartition("t", 0))
+        log.append(batch(2, start_ms=START_MS))
+        held = log.segments[-1]
+        assert held_segments(log) == [held.base_offset]
+        if how == "delete_every_segment":  # rolls first, then deletes the held segment
+            log.delete_segments(list(log.segments), "test")
+            expected = [2, 3, 4, 5]
+        else:  # swaps the bulk-appended segments in for the (held) active one
+            log.bulk_append([batch(2, start_ms=START_MS + 1)])
+            expected = [0, 1, 2, 3, 4, 5, 6, 7]
+        log.append(batch(2, start_ms=START_MS + 20))
+        assert held_segments(log) == [log.segments[-1].base_offset]
+        log.append(batch(2, start_ms=START_MS + 21))
+        if held not in log.segments:
+            assert held.held_log is None, "a segment that left the log holds nothing"
+        assert [r.offset for r in log.records()] == expected
+        assert manager.file_cache.stats().held_files == len(log.segments[-1]._held)
+    assert manager.file_cache.stats().held_files == 0
