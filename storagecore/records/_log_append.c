@@ -58,10 +58,10 @@ SLOT(a_map_end_offset, "map_end_offset")
 #undef SLOT
 
 static slot_attr_t *const log_append_slots[] = {
-    &a_lock,     &a_local,    &a_clock,         &a_leader_epoch, &a_producer_state,
-    &a_log_start_offset,      &a_offline,       &a_closed,       &a_segments,
-    &a_native_append,         &a_recovery_point, &a_flush_messages, &a_held_log,
-    &a_held,     &a_fd,       &a_map_end_offset,
+    &a_lock,           &a_local,          &a_clock,          &a_leader_epoch,
+    &a_producer_state, &a_log_start_offset, &a_offline,      &a_closed,
+    &a_segments,       &a_native_append,  &a_recovery_point, &a_flush_messages,
+    &a_held_log,       &a_held,           &a_fd,             &a_map_end_offset,
 };
 #define LOG_APPEND_SLOTS ((Py_ssize_t)(sizeof(log_append_slots) / sizeof(log_append_slots[0])))
 
@@ -89,14 +89,6 @@ static int slot_true(PyObject *obj, slot_attr_t *name) {
     int truth = PyObject_IsTrue(value);
     Py_DECREF(value);
     return truth;
-}
-
-static int slot_ll(PyObject *obj, slot_attr_t *name, long long *out) {
-    PyObject *value = slot_get(obj, name);
-    if (value == NULL) return -1;
-    *out = PyLong_AsLongLong(value);
-    Py_DECREF(value);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* The clock's now in epoch milliseconds, as a new int. */
@@ -128,7 +120,9 @@ static PyObject *append_info(PyObject *log, PyObject *done) {
         Py_DECREF(log_start);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < 4; i++) PyTuple_SET_ITEM(fields, i, Py_NewRef(PyTuple_GET_ITEM(done, i)));
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        PyTuple_SET_ITEM(fields, i, Py_NewRef(PyTuple_GET_ITEM(done, i)));
+    }
     PyObject *no_append_time = PyLong_FromLong(-1);
     if (no_append_time == NULL) {
         Py_DECREF(log_start);
@@ -157,8 +151,8 @@ static int appended(PyObject *log, PyObject *local, long long next_offset) {
     int done = producers == NULL ? -1 : slot_set(producers, &a_map_end_offset, next);
     Py_XDECREF(producers);
     long long recovery_point, flush_messages;
-    if (done == 0 && (slot_ll(local, &a_recovery_point, &recovery_point) < 0 ||
-                      slot_ll(local, &a_flush_messages, &flush_messages) < 0))
+    if (done == 0 && (slot_get_ll(local, &a_recovery_point, &recovery_point) < 0 ||
+                      slot_get_ll(local, &a_flush_messages, &flush_messages) < 0))
         done = -1;
     if (done == 0 && next_offset - recovery_point >= flush_messages) {
         PyObject *flushed = PyObject_CallMethodOneArg(log, s_flush, next);
@@ -192,7 +186,8 @@ static PyObject *append_locked(PyObject *log, PyObject *data) {
         if (is_held == 0) result = Py_NewRef(Py_None); /* held by the general steps first */
         goto out;
     }
-    if ((fd = slot_get(held, &a_fd)) == NULL || (settings = slot_get(local, &a_native_append)) == NULL ||
+    if ((fd = slot_get(held, &a_fd)) == NULL ||
+        (settings = slot_get(local, &a_native_append)) == NULL ||
         (call = PyObject_GetAttr(native_append_module, s_append_to_segment)) == NULL)
         goto out;
     if (settings == Py_None || call == Py_None) {
@@ -213,7 +208,7 @@ static PyObject *append_locked(PyObject *log, PyObject *data) {
         result = Py_NewRef(Py_None);
         goto out;
     }
-    long long last = PyLong_AsLongLong(PyTuple_GET_ITEM(done, 1));
+    long long last = int_as_ll(PyTuple_GET_ITEM(done, 1));
     if ((last == -1 && PyErr_Occurred()) || appended(log, local, last + 1) < 0) goto out;
     result = append_info(log, done);
 out:
@@ -279,32 +274,13 @@ PyObject *storagecore_append_active_setup(PyObject *self, PyObject *const *args,
 /* The names, and the module's LOG_APPEND_SLOTS (the attributes read at their slots, for the
  * test that the classes keep them); -1 with an exception set. */
 int storagecore_log_append_init(PyObject *m) {
-    struct {
-        PyObject **slot;
-        const char *name;
-    } names[] = {
+    static const interned_name_t names[] = {
         {&s_append_to_segment, "append_to_segment"},
         {&s_acquire, "acquire"},
         {&s_release, "release"},
         {&s_milliseconds, "milliseconds"},
         {&s_flush, "_flush_appended"},
     };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        *names[i].slot = PyUnicode_InternFromString(names[i].name);
-        if (*names[i].slot == NULL) return -1;
-    }
-    PyObject *slots = PyTuple_New(LOG_APPEND_SLOTS);
-    if (slots == NULL) return -1;
-    for (Py_ssize_t i = 0; i < LOG_APPEND_SLOTS; i++) {
-        if (slot_attr_init(log_append_slots[i]) < 0) {
-            Py_DECREF(slots);
-            return -1;
-        }
-        PyTuple_SET_ITEM(slots, i, Py_NewRef(log_append_slots[i]->interned));
-    }
-    if (PyModule_AddObject(m, "LOG_APPEND_SLOTS", slots) < 0) {
-        Py_DECREF(slots);
-        return -1;
-    }
-    return 0;
+    if (intern_names(names, sizeof(names) / sizeof(names[0])) < 0) return -1;
+    return slot_attrs_init(m, "LOG_APPEND_SLOTS", log_append_slots, LOG_APPEND_SLOTS);
 }

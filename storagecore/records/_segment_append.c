@@ -41,7 +41,8 @@
 #include "_slots.h"
 
 /* Method names, interned once; the attributes, read and written at their slots (_slots.h). */
-static PyObject *s_verify, *s_max_timestamp_entry, *s_next_offset, *s_load_first, *s_last_raw, *s_native_target, *s_entry_written, *s_reserve_kw;
+static PyObject *s_verify, *s_max_timestamp_entry, *s_next_offset, *s_load_first, *s_last_raw,
+    *s_native_target, *s_entry_written, *s_reserve_kw;
 
 #define SLOT(var, name) static slot_attr_t var = {name, NULL, {NULL, NULL}, {-1, -1}};
 SLOT(a_verify_with, "_verify_with")
@@ -65,26 +66,6 @@ SLOT(a_columns, "_columns")
 SLOT(a_last, "_last")
 SLOT(a_dirty, "_dirty")
 #undef SLOT
-
-/* PyLong_AsLongLong without its slow path: for any value past one 30-bit digit (a timestamp,
- * an offset past 2^30) that goes through _PyLong_AsByteArray, ~225 instructions a call. */
-static inline long long as_ll(PyObject *value) {
-    int overflow;
-    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (overflow != 0) {
-        PyErr_SetString(PyExc_OverflowError, "append_to_segment: an int past int64");
-        return -1;
-    }
-    return result;
-}
-
-static int get_ll(PyObject *obj, slot_attr_t *name, long long *out) {
-    PyObject *value = slot_get(obj, name);
-    if (value == NULL) return -1;
-    *out = as_ll(value);
-    Py_DECREF(value);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
 
 static int set_ll(PyObject *obj, slot_attr_t *name, long long value) {
     PyObject *item = PyLong_FromLongLong(value);
@@ -143,9 +124,9 @@ static int pair_ll(PyObject *pair, long long *first, long long *second) {
         PyErr_SetString(PyExc_TypeError, "append_to_segment: expected a tuple of two ints");
         return -1;
     }
-    *first = as_ll(PyTuple_GET_ITEM(pair, 0));
+    *first = int_as_ll(PyTuple_GET_ITEM(pair, 0));
     if (*first == -1 && PyErr_Occurred()) return -1;
-    *second = as_ll(PyTuple_GET_ITEM(pair, 1));
+    *second = int_as_ll(PyTuple_GET_ITEM(pair, 1));
     return *second == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
@@ -161,7 +142,7 @@ static int index_target(PyObject *index, Py_ssize_t entry_bytes, Py_ssize_t entr
     if (mapping == NULL) return -1;
     if (mapping != Py_None) {
         long long reserved;
-        if (get_ll(index, &a_reserved, &reserved) < 0) {
+        if (slot_get_ll(index, &a_reserved, &reserved) < 0) {
             Py_DECREF(mapping);
             return -1;
         }
@@ -250,7 +231,7 @@ static int roll_free_limit(PyObject *segment, long long position, long long max_
     *limit = INT64_MAX;
     if (position == 0) return 0;
     long long jitter, allowed;
-    if (get_ll(segment, &a_jitter, &jitter) < 0) return -1;
+    if (slot_get_ll(segment, &a_jitter, &jitter) < 0) return -1;
     if (__builtin_sub_overflow(max_segment_ms, jitter, &allowed))
         allowed = max_segment_ms < 0 ? INT64_MIN : INT64_MAX;
     PyObject *based = slot_get(segment, &a_rolling_based);
@@ -263,7 +244,7 @@ static int roll_free_limit(PyObject *segment, long long position, long long max_
     }
     if (based == NULL) return -1;
     if (based != Py_None) {
-        long long rolling_based = as_ll(based);
+        long long rolling_based = int_as_ll(based);
         Py_DECREF(based);
         if (rolling_based == -1 && PyErr_Occurred()) return -1;
         if (rolling_based >= 0) {
@@ -275,7 +256,7 @@ static int roll_free_limit(PyObject *segment, long long position, long long max_
         Py_DECREF(based);
     }
     long long created;
-    if (get_ll(segment, &a_created_ms, &created) < 0) return -1;
+    if (slot_get_ll(segment, &a_created_ms, &created) < 0) return -1;
     if ((__int128)now_ms - created > allowed) *open = 0;
     return 0;
 }
@@ -287,7 +268,7 @@ static int settings_of(PyObject *settings, long long out[6]) {
         return -1;
     }
     for (int i = 0; i < 6; i++) {
-        out[i] = as_ll(PyTuple_GET_ITEM(settings, i));
+        out[i] = int_as_ll(PyTuple_GET_ITEM(settings, i));
         if (out[i] == -1 && PyErr_Occurred()) return -1;
     }
     return 0;
@@ -327,14 +308,14 @@ static int active_read(PyObject *segment, active_t *a) {
     if (failed) return -1;
     PyObject *next = cached_or_call(segment, &a_next_offset_cached, s_next_offset);
     if (next == NULL) return -1;
-    a->next_offset = as_ll(next);
+    a->next_offset = int_as_ll(next);
     Py_DECREF(next);
     if (a->next_offset == -1 && PyErr_Occurred()) return -1;
     if ((a->file = slot_get(segment, &a_log)) == NULL ||
         (a->offset_index = slot_get(segment, &a_offset_index)) == NULL ||
         (a->time_index = slot_get(segment, &a_time_index)) == NULL)
         return -1;
-    return get_ll(a->file, &a_size_bytes, &a->position);
+    return slot_get_ll(a->file, &a_size_bytes, &a->position);
 }
 
 /* After the write: LogSegment.record_appended's bookkeeping for `indexed` entries written. */
@@ -400,19 +381,19 @@ static int active_prepare(PyObject *segment, active_t *a, const long long settin
     if (size > ATTRIBUTES_OFFSET + 1 && (buf[ATTRIBUTES_OFFSET + 1] & CODEC_MASK)) return 0;
     if (size > settings[0] - a->position) return 0; /* a roll, or RecordBatchTooLargeError */
     long long offset_max, time_max, entries;
-    if (get_ll(a->offset_index, &a_entries, &entries) < 0) return -1;
+    if (slot_get_ll(a->offset_index, &a_entries, &entries) < 0) return -1;
     a->offset_entries = (Py_ssize_t)entries;
-    if (get_ll(a->time_index, &a_entries, &entries) < 0) return -1;
+    if (slot_get_ll(a->time_index, &a_entries, &entries) < 0) return -1;
     a->time_entries = (Py_ssize_t)entries;
-    if (get_ll(a->offset_index, &a_max_entries, &offset_max) < 0 ||
-        get_ll(a->time_index, &a_max_entries, &time_max) < 0)
+    if (slot_get_ll(a->offset_index, &a_max_entries, &offset_max) < 0 ||
+        slot_get_ll(a->time_index, &a_max_entries, &time_max) < 0)
         return -1;
     if (a->offset_entries >= offset_max || a->time_entries >= time_max - 1) return 0;
     int open;
     if (roll_free_limit(segment, a->position, settings[1], now_ms, limit, &open) < 0) return -1;
     if (!open) return 0;
-    if (get_ll(segment, &a_bytes_since, &ix->bytes_since) < 0 ||
-        get_ll(segment, &a_interval, &ix->interval) < 0)
+    if (slot_get_ll(segment, &a_bytes_since, &ix->bytes_since) < 0 ||
+        slot_get_ll(segment, &a_interval, &ix->interval) < 0)
         return -1;
     /* An entry due now whose blocks are not reserved: the general path, which reserves them
      * after validating. */
@@ -428,7 +409,7 @@ static int active_prepare(PyObject *segment, active_t *a, const long long settin
     ix->max_so_far = a->max_so_far;
     ix->offset_of_max_so_far = a->offset_of_max_so_far;
     if (last_timestamp(a->time_index, a->time_entries, &ix->time_last_timestamp) < 0) return -1;
-    return get_ll(segment, &a_base_offset, &a->base_offset) < 0 ? -1 : 1;
+    return slot_get_ll(segment, &a_base_offset, &a->base_offset) < 0 ? -1 : 1;
 }
 
 PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -442,7 +423,7 @@ PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, P
     if (settings_of(args[0], settings) < 0) return NULL;
     long fd = PyLong_AsLong(args[2]);
     if (fd == -1 && PyErr_Occurred()) return NULL;
-    p.now_ms = as_ll(args[4]);
+    p.now_ms = int_as_ll(args[4]);
     if (p.now_ms == -1 && PyErr_Occurred()) return NULL;
     if ((p.client = PyObject_IsTrue(args[5])) < 0 ||
         (p.replication = PyObject_IsTrue(args[6])) < 0)
@@ -530,7 +511,7 @@ PyObject *storagecore_write_to_segment(PyObject *self, PyObject *const *args, Py
     long long *fields[5] = {&plan.first_offset, &plan.last_offset, &plan.max_timestamp,
                             &plan.offset_of_max, &now_ms};
     for (int i = 0; i < 5; i++) {
-        *fields[i] = as_ll(args[4 + i]);
+        *fields[i] = int_as_ll(args[4 + i]);
         if (*fields[i] == -1 && PyErr_Occurred()) return NULL;
     }
     active_t a = {0};
@@ -563,10 +544,7 @@ done:
 /* The interned names, and the module's APPEND_SLOTS: the attribute names read at their slots
  * (the test that the classes keep them in __slots__ reads it); -1 with an exception set. */
 int storagecore_segment_append_init(PyObject *m) {
-    struct {
-        PyObject **slot;
-        const char *name;
-    } names[] = {
+    static const interned_name_t names[] = {
         {&s_verify, "_verify"},
         {&s_max_timestamp_entry, "max_timestamp_entry"},
         {&s_next_offset, "next_offset"},
@@ -575,30 +553,16 @@ int storagecore_segment_append_init(PyObject *m) {
         {&s_native_target, "native_target"},
         {&s_entry_written, "entry_written"},
     };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        *names[i].slot = PyUnicode_InternFromString(names[i].name);
-        if (*names[i].slot == NULL) return -1;
-    }
-    slot_attr_t *attrs[] = {
+    static slot_attr_t *const attrs[] = {
         &a_verify_with, &a_max_timestamp, &a_next_offset_cached, &a_log, &a_offset_index,
         &a_time_index, &a_size_bytes, &a_base_offset, &a_bytes_since, &a_interval, &a_jitter,
         &a_rolling_based, &a_created_ms, &a_entries, &a_max_entries, &a_mapping, &a_reserved,
         &a_columns, &a_last, &a_dirty,
     };
-    const Py_ssize_t count = (Py_ssize_t)(sizeof(attrs) / sizeof(attrs[0]));
-    PyObject *slots = PyTuple_New(count);
-    if (slots == NULL) return -1;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (slot_attr_init(attrs[i]) < 0) {
-            Py_DECREF(slots);
-            return -1;
-        }
-        PyTuple_SET_ITEM(slots, i, Py_NewRef(attrs[i]->interned));
-    }
-    if (PyModule_AddObject(m, "APPEND_SLOTS", slots) < 0) {
-        Py_DECREF(slots);
+    if (intern_names(names, sizeof(names) / sizeof(names[0])) < 0 ||
+        slot_attrs_init(m, "APPEND_SLOTS", attrs, (Py_ssize_t)(sizeof(attrs) / sizeof(attrs[0]))) <
+            0)
         return -1;
-    }
     s_reserve_kw = Py_BuildValue("(s)", "reserve");
     return s_reserve_kw == NULL ? -1 : 0;
 }

@@ -32,6 +32,40 @@ static int slot_attr_init(slot_attr_t *a) {
     return a->interned == NULL ? -1 : 0;
 }
 
+/* Intern each attribute's name and add the tuple of the names to module `m` as `export` (for
+ * the tests that the classes keep them in __slots__); -1 with an exception set. */
+static int slot_attrs_init(PyObject *m, const char *export, slot_attr_t *const *attrs,
+                           Py_ssize_t count) {
+    PyObject *names = PyTuple_New(count);
+    if (names == NULL) return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (slot_attr_init(attrs[i]) < 0) {
+            Py_DECREF(names);
+            return -1;
+        }
+        PyTuple_SET_ITEM(names, i, Py_NewRef(attrs[i]->interned));
+    }
+    if (PyModule_AddObject(m, export, names) < 0) {
+        Py_DECREF(names);
+        return -1;
+    }
+    return 0;
+}
+
+/* Intern `count` method names into their variables; -1 with an exception set. */
+typedef struct {
+    PyObject **var;
+    const char *name;
+} interned_name_t;
+
+static int intern_names(const interned_name_t *names, size_t count) {
+    for (size_t i = 0; i < count; i++) {
+        *names[i].var = PyUnicode_InternFromString(names[i].name);
+        if (*names[i].var == NULL) return -1;
+    }
+    return 0;
+}
+
 /* The offset of the object slot `a` names in obj's type, or -1 (the generic calls then). */
 static Py_ssize_t slot_offset(PyObject *obj, slot_attr_t *a) {
     PyTypeObject *type = Py_TYPE(obj);
@@ -66,6 +100,27 @@ static inline PyObject *slot_get(PyObject *obj, slot_attr_t *a) {
         if (value != NULL) return Py_NewRef(value);
     }
     return PyObject_GetAttr(obj, a->interned); /* unset or not a slot: the generic error */
+}
+
+/* PyLong_AsLongLong without its slow path: for any value past one 30-bit digit (a timestamp,
+ * an offset past 2^30) that goes through _PyLong_AsByteArray, ~225 instructions a call. */
+static inline long long int_as_ll(PyObject *value) {
+    int overflow;
+    long long result = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0) {
+        PyErr_SetString(PyExc_OverflowError, "an int past int64");
+        return -1;
+    }
+    return result;
+}
+
+/* obj.<name> as an int64 in *out; 0, or -1 with an exception set. */
+static inline int slot_get_ll(PyObject *obj, slot_attr_t *a, long long *out) {
+    PyObject *value = slot_get(obj, a);
+    if (value == NULL) return -1;
+    *out = int_as_ll(value);
+    Py_DECREF(value);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* obj.<name> = value (borrowed); 0, or -1 with an exception set. */
