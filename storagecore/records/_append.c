@@ -68,8 +68,10 @@ int plan_uncompressed(const uint8_t *buf, Py_ssize_t end, const validate_params_
         if (size < RECORD_BATCH_OVERHEAD || size > end - pos) return 0;
         if (b[MAGIC_OFFSET] != 2) return 0;
         int16_t attributes = get16(b + ATTRIBUTES_OFFSET);
-        /* Compressed: the Python path (checked before the CRC, which that path computes). */
-        if ((attributes & CODEC_MASK) != 0) return 0;
+        /* Compressed: the Python path (checked before the CRC, which that path computes), but
+         * for lz4 when the caller allows it (the same decoder as the Python path's). */
+        int codec = attributes & CODEC_MASK;
+        if (codec != 0 && (codec != LZ4_CODEC || !p->lz4)) return 0;
         if (crc_of(buf, pos + ATTRIBUTES_OFFSET, pos + size) != (uint32_t)get32(b + CRC_OFFSET))
             return 0;
         if (size > p->max_message_bytes) return 0;
@@ -96,8 +98,14 @@ int plan_uncompressed(const uint8_t *buf, Py_ssize_t end, const validate_params_
         } else {
             assigned = counter;
         }
+        const uint8_t *records = b + RECORD_BATCH_OVERHEAD;
+        Py_ssize_t records_size = size - RECORD_BATCH_OVERHEAD;
+        if (codec != 0) {
+            records_size = storagecore_lz4_frame_decode(records, records_size, &records);
+            if (records_size < 0) return 0;
+        }
         scan_t r;
-        scan_impl(b + RECORD_BATCH_OVERHEAD, size - RECORD_BATCH_OVERHEAD, count, base_timestamp, &r);
+        scan_impl(records, records_size, count, base_timestamp, &r);
         if (r.problem != PROBLEM_NONE) return 0;
         if (p->client && !r.sequential) return 0;
         if (r.null_keys && p->compact && !is_control) return 0;
@@ -180,6 +188,7 @@ PyObject *storagecore_validate_uncompressed(PyObject *self, PyObject *args) {
                           &p.replication, &p.compact, &p.max_message_bytes, &p.leader_epoch,
                           &p.before_max_ms, &p.after_max_ms))
         return NULL;
+    p.lz4 = 0; /* compressed batches: the Python path */
     uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(out_obj);
     plan_t plan;
     int planned = plan_uncompressed(buf, PyByteArray_GET_SIZE(out_obj), &p, &plan);

@@ -14,6 +14,7 @@ typedef struct {
 typedef struct {
     long long next_offset, now_ms, before_max_ms, after_max_ms;
     int client, replication, compact, leader_epoch;
+    int lz4; /* lz4 batches are validated here too (decoded by _lz4_frame.c); else declined */
     Py_ssize_t max_message_bytes;
 } validate_params_t;
 
@@ -42,6 +43,11 @@ typedef struct {
     long long time_timestamp, time_offset;
     Py_buffer offset_view, time_view;
 } index_update_t;
+
+/* _lz4_frame.c: a frame decoded into the thread's buffer (*out), its length, or -1 (declined:
+ * anything but the common valid frame, or more than 1 MiB of records). */
+Py_ssize_t storagecore_lz4_frame_decode(const uint8_t *data, Py_ssize_t n, const uint8_t **out);
+#define LZ4_CODEC 3 /* Compression.LZ4's id */
 
 /* 1: every batch valid (plan filled); 0: hand the request to Python; -1: an exception is set.
  * plan_release frees what the plan holds, whatever the result. */

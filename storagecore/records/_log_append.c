@@ -3,8 +3,8 @@
  *
  * append_active(log, data)
  *
- *   What storagecore.log.Log.append does for a client's request of uncompressed batches
- *   without producer ids when its active segment's files are held (storagecore.file_cache),
+ *   What storagecore.log.Log.append does for a client's request of uncompressed (or lz4)
+ *   batches without producer ids when its active segment's files are held (storagecore.file_cache),
  *   without a Python frame: under the log's lock, the checks that the log is usable, the clock,
  *   the native append of the request to the active segment (the module attribute
  *   storagecore.native_append.append_to_segment, read per call: tests and the disk-space
@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include "_layout.h"
+#include "_append.h"
 #include "_slots.h"
 
 static PyObject *native_append_module, *info_type, *system_clock_type;
@@ -65,8 +66,8 @@ static slot_attr_t *const log_append_slots[] = {
 };
 #define LOG_APPEND_SLOTS ((Py_ssize_t)(sizeof(log_append_slots) / sizeof(log_append_slots[0])))
 
-/* Whether the request's first batch is one the common case takes (magic 2, uncompressed, no
- * producer id), read before the lock: the request is the caller's and does not change. A later
+/* Whether the request's first batch is one the common case takes (magic 2, uncompressed or
+ * lz4 (which the settings may still leave to the general steps), no producer id), read before the lock: the request is the caller's and does not change. A later
  * batch that is not is found by the native append, and the general steps take it. */
 static int first_batch_plain(PyObject *data) {
     Py_buffer view;
@@ -75,9 +76,9 @@ static int first_batch_plain(PyObject *data) {
         return 0;
     }
     const uint8_t *b = (const uint8_t *)view.buf;
+    int codec = view.len >= RECORD_BATCH_OVERHEAD ? get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK : -1;
     int plain = view.len >= RECORD_BATCH_OVERHEAD && b[MAGIC_OFFSET] == 2 &&
-                (get16(b + ATTRIBUTES_OFFSET) & CODEC_MASK) == 0 &&
-                (int64_t)get64(b + PRODUCER_ID_OFFSET) == -1;
+                (codec == 0 || codec == LZ4_CODEC) && (int64_t)get64(b + PRODUCER_ID_OFFSET) == -1;
     PyBuffer_Release(&view);
     return plain;
 }

@@ -24,6 +24,9 @@
  *
  * lz4_version() -> int: LZ4_versionNumber() of the liblz4 loaded, 0 when none could be.
  *
+ * storagecore_lz4_frame_decode (C only): the same decode into the thread's buffer, for the
+ * native append's validation of lz4 batches (_append.c), which declines what this declines.
+ *
  * liblz4 is Debian's liblz4-1 (a dependency of systemd and apt, so on every machine and image
  * of this project), loaded with dlopen at import: no headers, nothing at build time, and
  * without it the function returns None (the lz4 package, which bundles its own liblz4, does
@@ -247,6 +250,31 @@ decline:
 done:
     PyBuffer_Release(&data);
     return result;
+}
+
+/* The frame at data[0..n) decoded into this thread's buffer, for the native append's
+ * validation (_append.c): its length, with *out set (valid until this thread's next decode),
+ * or -1 for anything lz4_frame_decompress would return None for, and for output past the
+ * buffer (SCRATCH_BYTES, far below the Python path's bound): the caller then leaves the
+ * request to the Python path. Call with the GIL; it is released while large output decodes. */
+Py_ssize_t storagecore_lz4_frame_decode(const uint8_t *data, Py_ssize_t n, const uint8_t **out) {
+    const Py_ssize_t max_output = SCRATCH_BYTES;
+    if (lz4_decompress_safe == NULL) return -1;
+    block_t blocks[256];
+    long long content_size, bound;
+    uint32_t block_bytes;
+    Py_ssize_t count = frame_blocks(data, n, blocks, 256, &content_size, &bound, &block_bytes);
+    if (count < 0 || content_size > bound) return -1;
+    Py_ssize_t capacity = content_size >= 0 ? (Py_ssize_t)content_size
+                          : bound < (long long)max_output ? (Py_ssize_t)bound
+                                                          : max_output;
+    if (capacity > max_output) return -1;
+    char *scratch = scratch_buffer();
+    if (scratch == NULL) return -1;
+    Py_ssize_t written = decode_unlocked(blocks, count, block_bytes, scratch, capacity);
+    if (written < 0 || (content_size >= 0 && written != content_size)) return -1;
+    *out = (const uint8_t *)scratch;
+    return written;
 }
 
 PyObject *storagecore_lz4_version(PyObject *self, PyObject *unused) {

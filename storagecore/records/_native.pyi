@@ -69,7 +69,7 @@ def validate_uncompressed(
     batch_count), or None: use the Python path."""
 
 def append_to_segment(
-    settings: tuple[int, int, bool, int, int, int],
+    settings: tuple[int, int, bool, int, int, int, bool],
     segment: object,
     fd: int,
     data: bytes | bytearray | memoryview,
@@ -96,7 +96,7 @@ def append_active_setup(
     """What append_active needs of the layers above, given once: see _log_append.c."""
 
 def write_to_segment(
-    settings: tuple[int, int, bool, int, int, int],
+    settings: tuple[int, int, bool, int, int, int, bool],
     segment: object,
     fd: int,
     buffer: bytes | bytearray | memoryview,

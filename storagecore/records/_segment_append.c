@@ -4,11 +4,13 @@
  * append_to_segment(settings, segment, fd, data, now_ms, client, replication, leader_epoch)
  *
  *   Kafka's LogValidator, FileRecords.append and LogSegment.append with its index entries, for a
- *   request of uncompressed batches without producer ids that fits the active `segment`
- *   (storagecore.segment.LogSegment, whose files the caller pinned: `fd` is its .log's
+ *   request of uncompressed (or, the settings allowing it, lz4) batches without producer ids
+ *   that fits the active `segment` (storagecore.segment.LogSegment, whose files the caller
+ *   pinned: `fd` is its .log's
  *   descriptor) without a roll. `settings` is storagecore.native_append.native_append_settings's
  *   tuple: (segment_bytes, max_segment_ms, compact, max_message_bytes,
- *   message_timestamp_before_max_ms, message_timestamp_after_max_ms).
+ *   message_timestamp_before_max_ms, message_timestamp_after_max_ms, lz4), lz4 true when lz4
+ *   batches may be validated here too (see storagecore.native_append).
  *
  *   The segment's state is read from, and written back to, its Python objects (the segment, its
  *   FileRecords and its two indexes stay the only holders of it), with the rules of the Python
@@ -261,13 +263,13 @@ static int roll_free_limit(PyObject *segment, long long position, long long max_
     return 0;
 }
 
-/* The settings tuple's six integers. */
-static int settings_of(PyObject *settings, long long out[6]) {
-    if (!PyTuple_Check(settings) || PyTuple_GET_SIZE(settings) != 6) {
-        PyErr_SetString(PyExc_TypeError, "append_to_segment: settings must be a tuple of 6 ints");
+/* The settings tuple's seven integers. */
+static int settings_of(PyObject *settings, long long out[7]) {
+    if (!PyTuple_Check(settings) || PyTuple_GET_SIZE(settings) != 7) {
+        PyErr_SetString(PyExc_TypeError, "append_to_segment: settings must be a tuple of 7 ints");
         return -1;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         out[i] = int_as_ll(PyTuple_GET_ITEM(settings, i));
         if (out[i] == -1 && PyErr_Occurred()) return -1;
     }
@@ -375,10 +377,13 @@ static int plan_fits(const plan_t *plan, const active_t *a, long long limit, ind
 
 /* 1 and the checks passed before validating (the request fits, no roll is due whatever it holds,
  * the index targets found); 0: not taken; -1: an exception. */
-static int active_prepare(PyObject *segment, active_t *a, const long long settings[6],
+static int active_prepare(PyObject *segment, active_t *a, const long long settings[7],
                           Py_ssize_t size, const uint8_t *buf, long long now_ms,
                           long long *limit, index_update_t *ix) {
-    if (size > ATTRIBUTES_OFFSET + 1 && (buf[ATTRIBUTES_OFFSET + 1] & CODEC_MASK)) return 0;
+    if (size > ATTRIBUTES_OFFSET + 1) {
+        int codec = buf[ATTRIBUTES_OFFSET + 1] & CODEC_MASK;
+        if (codec != 0 && (codec != LZ4_CODEC || !settings[6])) return 0;
+    }
     if (size > settings[0] - a->position) return 0; /* a roll, or RecordBatchTooLargeError */
     long long offset_max, time_max, entries;
     if (slot_get_ll(a->offset_index, &a_entries, &entries) < 0) return -1;
@@ -418,7 +423,7 @@ PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, P
         return NULL;
     }
     PyObject *segment = args[1];
-    long long settings[6];
+    long long settings[7];
     validate_params_t p;
     if (settings_of(args[0], settings) < 0) return NULL;
     long fd = PyLong_AsLong(args[2]);
@@ -439,6 +444,7 @@ PyObject *storagecore_append_to_segment(PyObject *self, PyObject *const *args, P
     p.max_message_bytes = (Py_ssize_t)settings[3];
     p.before_max_ms = settings[4];
     p.after_max_ms = settings[5];
+    p.lz4 = settings[6] != 0;
 
     active_t a = {0};
     index_update_t ix;
@@ -498,7 +504,7 @@ PyObject *storagecore_write_to_segment(PyObject *self, PyObject *const *args, Py
         return NULL;
     }
     PyObject *segment = args[1];
-    long long settings[6], now_ms;
+    long long settings[7], now_ms;
     plan_t plan = {0};
     plan.batches = &plan.one;
     if (settings_of(args[0], settings) < 0) return NULL;

@@ -35,9 +35,9 @@ ValidateUncompressed = Callable[
 #:  not written, or None; see
 #:  storagecore/records/_segment_append.c. ``segment`` is the active LogSegment (a layer above
 #:  this module, hence ``object``).
+NativeSettings = tuple[int, int, bool, int, int, int, bool]
 AppendToSegment = Callable[
-    [tuple[int, int, bool, int, int, int], object, int, bytes | bytearray | memoryview, int, bool,
-     bool, int],
+    [NativeSettings, object, int, bytes | bytearray | memoryview, int, bool, bool, int],
     tuple[Any, ...] | None,
 ]  # fmt: skip
 #: (log, data) -> LogAppendInfo when written, None when nothing was done; see
@@ -50,8 +50,7 @@ AppendActiveSetup = Callable[[object, type, type], None]
 #:  offset_of_max_timestamp, now_ms) -> bytes written, or None (nothing written); see
 #:  storagecore/records/_segment_append.c.
 WriteToSegment = Callable[
-    [tuple[int, int, bool, int, int, int], object, int, bytes | bytearray | memoryview, int, int,
-     int, int, int],
+    [NativeSettings, object, int, bytes | bytearray | memoryview, int, int, int, int, int],
     int | None,
 ]  # fmt: skip
 

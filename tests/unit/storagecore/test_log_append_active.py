@@ -33,6 +33,7 @@ from storagecore.log import Log
 from storagecore.log_info import LogAppendInfo
 from storagecore.log_validator import AppendOrigin
 from storagecore.producer_state import ProducerStateManager
+from storagecore.records.codecs import native_lz4_frames
 from storagecore.segment import LogSegment
 from tests.conftest import START_MS, batch, records
 
@@ -63,6 +64,20 @@ def test_a_plain_request_is_appended_in_one_call(tmp_path: Path, clock: ManualCl
         assert [r.offset for r in log.records()] == [0, 1, 2, 3]
 
 
+def test_lz4_batches_are_appended_in_one_call_too(tmp_path: Path, clock: ManualClock) -> None:
+    if not native_lz4_frames():
+        pytest.skip("the extension's LZ4 decoder is not the lz4 package's")
+    with LogManager([tmp_path], clock=clock) as manager:
+        log = _log(manager)
+        info = _call(log, batch(40, compression=Compression.LZ4))
+        assert info is not None and (info.first_offset, info.last_offset) == (1, 40)
+        assert [r.offset for r in log.records()] == list(range(41))
+    config = LogConfig(compression_type="lz4")  # the producer's codec not kept: recompression
+    with LogManager([tmp_path / "other"], clock=clock, default_config=config) as manager:
+        log = _log(manager)
+        assert _call(log, batch(4, compression=Compression.LZ4)) is None
+
+
 def test_what_the_call_leaves_to_the_general_steps_it_does_not_touch(
     tmp_path: Path, clock: ManualClock
 ) -> None:
@@ -71,7 +86,7 @@ def test_what_the_call_leaves_to_the_general_steps_it_does_not_touch(
         producer = build_batch(records(2), producer_id=7, producer_epoch=0, base_sequence=0)
         left = {
             "producer ids": producer,
-            "compressed": batch(2, compression=Compression.LZ4),
+            "gzip": batch(2, compression=Compression.GZIP),
             "not a batch": b"\x00" * 10,
             "a corrupt batch": batch(2)[:-3],
         }

@@ -26,6 +26,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from storagecore import (
+    Compression,
     ControlType,
     Log,
     LogConfig,
@@ -161,6 +162,7 @@ batch_args = st.fixed_dictionaries(
         "records": st.lists(record, min_size=1, max_size=8),
         "producer": st.sampled_from([None, None, None, 7, 8]),
         "max_timestamp": st.one_of(st.none(), st.just(0)),
+        "compression": st.sampled_from([Compression.NONE, Compression.NONE, Compression.LZ4]),
     }
 )
 request = st.fixed_dictionaries(
@@ -186,6 +188,7 @@ configs = st.builds(
     cleanup_policy=st.sampled_from([("delete",), ("compact",)]),
     message_timestamp_before_max_ms=st.sampled_from([2**63 - 1, 1_500]),
     max_message_bytes=st.sampled_from([1_048_588, 900]),
+    compression_type=st.sampled_from(["producer", "producer", "uncompressed"]),
 )
 
 
@@ -205,7 +208,7 @@ def _build(args: dict[str, Any], base_ms: int, sequences: dict[int, int], offset
         sequences[producer] = sequences.get(producer, 0) + len(records)
     if args["max_timestamp"] is not None:
         kwargs["max_timestamp"] = base_ms  # a wrong max timestamp: rewritten, CRC recomputed
-    return build_batch(records, base_offset=offset, **kwargs)
+    return build_batch(records, base_offset=offset, compression=args["compression"], **kwargs)
 
 
 @given(config=configs, requests=st.lists(request, min_size=1, max_size=10))
