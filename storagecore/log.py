@@ -224,8 +224,8 @@ class Log(SegmentDeletion, LogReads):
         """Validate, assign offsets from the log end offset, roll if needed, append.
 
         Nothing is written unless every batch of ``data`` is valid. A client's request of
-        uncompressed batches without producer ids, to an active segment whose files are held,
-        is appended in one native call, these steps without a Python frame
+        uncompressed (or lz4) batches without producer ids, to an active segment whose files are
+        held, is appended in one native call, these steps without a Python frame
         (:data:`storagecore.native_append.append_active`); anything else, or anything that call
         leaves (it then did nothing), takes the steps below. (The hot path: the I/O guard is
         spelled out rather than taken from the ``_io`` context manager, which costs more.)

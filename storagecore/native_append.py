@@ -1,7 +1,8 @@
 """The common append in one native call: Kafka's ``LogValidator``, ``FileRecords.append`` and
 ``LogSegment.append`` with its index entries fused (:data:`append_to_segment`, in
-``storagecore/records/_segment_append.c``), for a request of uncompressed batches without
-producer ids that fits the active segment without a roll.
+``storagecore/records/_segment_append.c``), for a request of uncompressed batches (and lz4
+ones, when the topic keeps the producer's compression and the extension's LZ4 decoder is the
+Python path's) without producer ids that fits the active segment without a roll.
 
 :func:`native_append_settings` reads once per config what the native call needs of the topic's
 settings; :class:`storagecore.local_log.LocalLog` keeps it, and :meth:`storagecore.log.Log.append`
@@ -10,17 +11,17 @@ entries, bytes since the last entry) the call reads from and writes back to the 
 Python objects. Batches with producer ids it validates and hands back unwritten: once the
 producer state accepted them (Python, :meth:`storagecore.producer_state.ProducerStateManager.
 prepare_append`), :data:`write_to_segment` writes them the same way. What it does not take (a
-roll, a compressed or invalid batch, an index entry whose blocks are not reserved, transaction
-markers that complete a transaction) goes to the general path, Kafka's steps one by one
+roll, another compressed or an invalid batch, an index entry whose blocks are not reserved,
+transaction markers that complete a transaction) goes to the general path, Kafka's steps one by one
 (:func:`storagecore.log_validator.validate_and_assign_offsets`,
 :meth:`storagecore.segment.LogSegment.append`), which is the specification: the two must leave
 byte-identical files (``tests/unit/storagecore/test_log_append_native.py``).
 
 The hot path of the write: no Python frame besides :meth:`storagecore.log.Log.append`, which
 makes one call, :data:`append_active` (storagecore/records/_log_append.c), for a client's
-request of uncompressed batches without producer ids to a segment whose files are held: its
-lock, checks, clock, this module's :data:`append_to_segment`, the producer state's map end offset
-and the LogAppendInfo, in C.
+request of uncompressed (or lz4) batches without producer ids to a segment whose files are held:
+its lock, checks, clock, this module's :data:`append_to_segment`, the producer state's map end
+offset and the LogAppendInfo, in C.
 """
 
 from __future__ import annotations

@@ -32,8 +32,13 @@
  *   and its index entries (index_prepare / index_write); the file gets exactly the bytes
  *   validate_uncompressed leaves in `out`.
  *
- * A request the validation does not take (a compressed batch, any check of
- * storagecore.log_validator failing) gives None: nothing is changed, and the decision (and the
+ * lz4 batches are taken when the caller says so (append_to_segment's settings: the topic keeps
+ * the producer's compression and _lz4_frame.c's decoder is the Python path's): each is decoded
+ * into the thread's buffer and its records walked as an uncompressed payload's; the write is
+ * the same (the compressed records unchanged, the header rewritten).
+ *
+ * A request the validation does not take (another compressed batch, an lz4 frame the decoder
+ * declines, any check of storagecore.log_validator failing) gives None: nothing is changed, and the decision (and the
  * error message) is left to the Python reference, which is the specification. The topic must use
  * CreateTime. Field positions are those of storagecore/records/layout.py; test_native.py checks
  * the exported copies.
