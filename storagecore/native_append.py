@@ -34,7 +34,6 @@ from storagecore.clock import SystemClock
 from storagecore.config import LogConfig
 from storagecore.log_info import LogAppendInfo
 from storagecore.log_validator import native_append_applies
-from storagecore.records.codecs import native_lz4_frames
 from storagecore.records.scan import AppendToSegment, WriteToSegment
 from storagecore.records.scan import append_active as _native_active
 from storagecore.records.scan import append_active_setup as _native_active_setup
@@ -43,10 +42,11 @@ from storagecore.records.scan import write_to_segment as _native_write
 
 NativeAppendSettings = tuple[int, int, bool, int, int, int, bool]
 """segment.bytes, segment.ms, whether the topic is compacted, max.message.bytes,
-message.timestamp.before.max.ms, message.timestamp.after.max.ms, and whether lz4 batches are
-validated natively too: what the native call reads of the config, in its order. lz4 batches are
-when the topic keeps the producer's compression (no recompression) and the extension's LZ4
-decoder is the one the Python path uses (storagecore.records.codecs.native_lz4_frames)."""
+message.timestamp.before.max.ms, message.timestamp.after.max.ms, and whether lz4 batches may be
+validated natively too: what the native call reads of the config, in its order. They may when the
+topic keeps the producer's compression (no recompression), and then are once the extension's LZ4
+decoder is known to be the one the Python path uses (storagecore.records.codecs.
+native_lz4_frames, which the first lz4 batch asks: no lz4 import before one)."""
 
 #: The native calls, None without the extension (read per append: tests turn them off).
 append_to_segment: AppendToSegment | None = _native
@@ -81,5 +81,5 @@ def native_append_settings(config: LogConfig) -> NativeAppendSettings | None:
         config.max_message_bytes,
         config.message_timestamp_before_max_ms,
         config.message_timestamp_after_max_ms,
-        config.compression_type == "producer" and native_lz4_frames(),
+        config.compression_type == "producer",
     )

@@ -45,9 +45,9 @@ class AppendedChunk(NamedTuple):
 
 class LogSegment(SegmentFiles, SegmentReads):
     # The native append's slots: the attributes its glue reads and writes on every append
-    # (held_log: Log.append's, records/_log_append.c),
-    # kept at fixed offsets it reaches directly (storagecore/records/_slots.h). Everything
-    # else is in the instance dict, as before.
+    # (records/_segment_append.c; held_log is Log.append's, records/_log_append.c), kept at
+    # fixed offsets it reaches directly (records/_slots.h). Everything else is in the instance
+    # dict, as before.
     __slots__ = (
         "_log",
         "_max_timestamp",

@@ -166,8 +166,9 @@ static int appended(PyObject *log, PyObject *local, long long next_offset) {
 
 /* append_active's work under the lock: the answer, None, or NULL with an exception set. */
 static PyObject *append_locked(PyObject *log, PyObject *data) {
-    PyObject *local = NULL, *segments = NULL, *held = NULL, *fd = NULL, *settings = NULL;
-    PyObject *call = NULL, *now = NULL, *epoch = NULL, *done = NULL, *result = NULL;
+    PyObject *local = NULL, *segments = NULL, *segment = NULL, *held = NULL, *fd = NULL;
+    PyObject *settings = NULL, *call = NULL, *now = NULL, *epoch = NULL, *done = NULL;
+    PyObject *result = NULL;
     int unusable;
     if ((local = slot_get(log, &a_local)) == NULL) goto out;
     if ((unusable = slot_true(local, &a_offline)) != 0 ||
@@ -180,7 +181,7 @@ static PyObject *append_locked(PyObject *log, PyObject *data) {
         result = Py_NewRef(Py_None);
         goto out;
     }
-    PyObject *segment = PyList_GET_ITEM(segments, PyList_GET_SIZE(segments) - 1); /* borrowed */
+    segment = Py_NewRef(PyList_GET_ITEM(segments, PyList_GET_SIZE(segments) - 1));
     if ((held = slot_get(segment, &a_held_log)) == NULL) goto out;
     int is_held = held == Py_None ? 0 : slot_true(held, &a_held);
     if (is_held <= 0) {
@@ -215,6 +216,7 @@ static PyObject *append_locked(PyObject *log, PyObject *data) {
 out:
     Py_XDECREF(local);
     Py_XDECREF(segments);
+    Py_XDECREF(segment);
     Py_XDECREF(held);
     Py_XDECREF(fd);
     Py_XDECREF(settings);

@@ -24,8 +24,13 @@
  *
  * lz4_version() -> int: LZ4_versionNumber() of the liblz4 loaded, 0 when none could be.
  *
+ * lz4_matches_package(flag): codecs.py says whether this liblz4 is the lz4 package's (it finds
+ * out on its first lz4 batch, without importing lz4 before: a process that meets no lz4 batch
+ * never imports it).
+ *
  * storagecore_lz4_frame_decode (C only): the same decode into the thread's buffer, for the
- * native append's validation of lz4 batches (_append.c), which declines what this declines.
+ * native append's validation of lz4 batches (_append.c), which declines what this declines,
+ * and everything until lz4_matches_package(True).
  *
  * liblz4 is Debian's liblz4-1 (a dependency of systemd and apt, so on every machine and image
  * of this project), loaded with dlopen at import: no headers, nothing at build time, and
@@ -59,6 +64,9 @@
 typedef int (*decompress_safe_t)(const char *src, char *dst, int compressed, int capacity);
 static decompress_safe_t lz4_decompress_safe;
 static int lz4_version_number;
+/* Set by storagecore/records/codecs.py once it has found this liblz4 to be the lz4 package's
+ * (lz4_matches_package): only then does the native append decode lz4 batches itself. */
+static int lz4_matches_package;
 
 static uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -259,7 +267,7 @@ done:
  * request to the Python path. Call with the GIL; it is released while large output decodes. */
 Py_ssize_t storagecore_lz4_frame_decode(const uint8_t *data, Py_ssize_t n, const uint8_t **out) {
     const Py_ssize_t max_output = SCRATCH_BYTES;
-    if (lz4_decompress_safe == NULL) return -1;
+    if (lz4_decompress_safe == NULL || !lz4_matches_package) return -1;
     block_t blocks[256];
     long long content_size, bound;
     uint32_t block_bytes;
@@ -275,6 +283,13 @@ Py_ssize_t storagecore_lz4_frame_decode(const uint8_t *data, Py_ssize_t n, const
     if (written < 0 || (content_size >= 0 && written != content_size)) return -1;
     *out = (const uint8_t *)scratch;
     return written;
+}
+
+PyObject *storagecore_lz4_matches_package(PyObject *self, PyObject *flag) {
+    int matches = PyObject_IsTrue(flag);
+    if (matches < 0) return NULL;
+    lz4_matches_package = matches && lz4_decompress_safe != NULL;
+    Py_RETURN_NONE;
 }
 
 PyObject *storagecore_lz4_version(PyObject *self, PyObject *unused) {

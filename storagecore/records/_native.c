@@ -98,6 +98,7 @@ PyObject *storagecore_read_by_offset(PyObject *self, PyObject *const *args, Py_s
 /* _lz4_frame.c */
 PyObject *storagecore_lz4_frame_decompress(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *storagecore_lz4_version(PyObject *self, PyObject *unused);
+PyObject *storagecore_lz4_matches_package(PyObject *self, PyObject *flag);
 void storagecore_lz4_frame_init(void);
 /* _legacy.c */
 PyObject *storagecore_decode_legacy_set(PyObject *self, PyObject *args);
@@ -167,6 +168,9 @@ static PyMethodDef methods[] = {
      METH_FASTCALL,
      "lz4_frame_decompress(data, max_output_bytes) -> bytes | None: the first LZ4 frame's "
      "content, None for a frame to leave to lz4.frame (see _lz4_frame.c)"},
+    {"lz4_matches_package", storagecore_lz4_matches_package, METH_O,
+     "lz4_matches_package(flag): whether the liblz4 loaded is the lz4 package's; only then does "
+     "the native append decode lz4 batches (see _lz4_frame.c)"},
     {"lz4_version", storagecore_lz4_version, METH_NOARGS,
      "lz4_version() -> LZ4_versionNumber() of the liblz4 loaded, 0 without one"},
     {NULL, NULL, 0, NULL},

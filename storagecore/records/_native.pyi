@@ -178,6 +178,10 @@ def lz4_frame_decompress(data: Buffer, max_output_bytes: int, /) -> bytes | None
     """The first LZ4 frame's content, or None for a frame to leave to lz4.frame (linked blocks,
     checksums, a dictionary, anything invalid, more than max_output_bytes): see _lz4_frame.c."""
 
+def lz4_matches_package(flag: bool, /) -> None:
+    """Whether the liblz4 loaded is the lz4 package's (codecs.py says, on its first lz4 batch);
+    only then does the native append decode lz4 batches: see _lz4_frame.c."""
+
 def lz4_version() -> int:
     """LZ4_versionNumber() of the liblz4 the module loaded, 0 when it could load none."""
 

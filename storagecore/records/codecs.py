@@ -102,15 +102,20 @@ def _native_lz4() -> _Lz4FrameDecompress | None:
     import lz4  # noqa: PLC0415 (first use, as _lz4_frame)
 
     native = load_extension("storagecore.records._native")
-    if native is None or native.lz4_version() != lz4.library_version_number():
+    if native is None:
+        return None
+    matches = native.lz4_version() == lz4.library_version_number()
+    native.lz4_matches_package(matches)  # the native append's lz4 batches (_lz4_frame.c)
+    if not matches:
         return None
     decompress: _Lz4FrameDecompress = native.lz4_frame_decompress
     return decompress
 
 
 def native_lz4_frames() -> bool:
-    """Whether lz4 batches are decoded by the extension's LZ4 decoder (:func:`_native_lz4`):
-    then the native append validates them too, with the same decoder."""
+    """Whether lz4 batches are decoded by the extension's LZ4 decoder (:func:`_native_lz4`,
+    imports ``lz4`` on first use): then the native append validates them too, with the same
+    decoder."""
     return _native_lz4() is not None
 
 
