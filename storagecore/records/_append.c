@@ -38,9 +38,9 @@
  * the same (the compressed records unchanged, the header rewritten).
  *
  * A request the validation does not take (another compressed batch, an lz4 frame the decoder
- * declines, any check of storagecore.log_validator failing) gives None: nothing is changed, and the decision (and the
- * error message) is left to the Python reference, which is the specification. The topic must use
- * CreateTime. Field positions are those of storagecore/records/layout.py; test_native.py checks
+ * declines, any check of storagecore.log_validator failing) gives None: nothing is changed, and
+ * the decision (and the error message) is left to the Python reference, which is the
+ * specification. The topic must use CreateTime. Field positions are those of storagecore/records/layout.py; test_native.py checks
  * the exported copies.
  */
 /* CRC-32C of base[start:end]: _layout.h's three-stream loop, the one storagecore.records.crc

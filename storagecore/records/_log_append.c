@@ -67,8 +67,9 @@ static slot_attr_t *const log_append_slots[] = {
 #define LOG_APPEND_SLOTS ((Py_ssize_t)(sizeof(log_append_slots) / sizeof(log_append_slots[0])))
 
 /* Whether the request's first batch is one the common case takes (magic 2, uncompressed or
- * lz4 (which the settings may still leave to the general steps), no producer id), read before the lock: the request is the caller's and does not change. A later
- * batch that is not is found by the native append, and the general steps take it. */
+ * lz4 (which the settings may still leave to the general steps), no producer id), read before
+ * the lock: the request is the caller's and does not change. A later batch that is not is found
+ * by the native append, and the general steps take it. */
 static int first_batch_plain(PyObject *data) {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
