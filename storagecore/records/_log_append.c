@@ -39,7 +39,6 @@
 static PyObject *native_append_module, *info_type, *system_clock_type;
 static PyObject *s_append_to_segment, *s_acquire, *s_release, *s_milliseconds, *s_flush;
 
-#define SLOT(var, name) static slot_attr_t var = {name, NULL, {NULL, NULL}, {-1, -1}};
 SLOT(a_lock, "_lock")
 SLOT(a_local, "_local")
 SLOT(a_clock, "clock")

@@ -212,6 +212,42 @@ static Py_ssize_t decode_unlocked(const block_t *blocks, Py_ssize_t count, uint3
     return written;
 }
 
+/* A frame ready to decode: its blocks, its declared content size (-1: none) and the bytes to
+ * decode into (the content size, else the blocks' bound capped at the caller's maximum). A
+ * batch's frame has a few blocks (a 16 KiB producer batch one, 1 MiB of records 16); more than
+ * fit here are declined (the reference takes them). */
+#define PLAN_BLOCKS 256
+typedef struct {
+    block_t blocks[PLAN_BLOCKS];
+    Py_ssize_t count;
+    long long content_size;
+    uint32_t block_bytes;
+    Py_ssize_t capacity;
+} frame_plan_t;
+
+/* 0 with *plan filled for the frame at data[0..n) when its output fits in max_output bytes;
+ * -1 for what lz4_frame_decompress declines. */
+static int plan_frame(const uint8_t *data, Py_ssize_t n, Py_ssize_t max_output,
+                      frame_plan_t *plan) {
+    long long bound;
+    plan->count = frame_blocks(data, n, plan->blocks, PLAN_BLOCKS, &plan->content_size, &bound,
+                               &plan->block_bytes);
+    if (plan->count < 0 || plan->content_size > bound) return -1;
+    plan->capacity = plan->content_size >= 0         ? (Py_ssize_t)plan->content_size
+                     : bound < (long long)max_output ? (Py_ssize_t)bound
+                                                     : max_output;
+    return plan->capacity > max_output ? -1 : 0;
+}
+
+/* The planned frame decoded into out (plan->capacity bytes): the bytes written, or -1 when a
+ * block does not decode or the declared content size is not met. */
+static Py_ssize_t decode_planned(const frame_plan_t *plan, char *out) {
+    Py_ssize_t written = decode_unlocked(plan->blocks, plan->count, plan->block_bytes, out,
+                                         plan->capacity);
+    if (written < 0 || (plan->content_size >= 0 && written != plan->content_size)) return -1;
+    return written;
+}
+
 PyObject *storagecore_lz4_frame_decompress(PyObject *self, PyObject *const *args,
                                            Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -223,35 +259,25 @@ PyObject *storagecore_lz4_frame_decompress(PyObject *self, PyObject *const *args
     if (lz4_decompress_safe == NULL) Py_RETURN_NONE;
     Py_buffer data;
     if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0) return NULL;
-    /* A batch's frame has a few blocks (a 16 KiB producer batch one, 1 MiB of records 16);
-     * more than fit here go to the reference. */
-    block_t blocks[256];
-    long long content_size, bound;
-    uint32_t block_bytes;
+    frame_plan_t plan;
     PyObject *result = NULL;
-    Py_ssize_t count = frame_blocks((const uint8_t *)data.buf, data.len, blocks, 256,
-                                    &content_size, &bound, &block_bytes);
-    if (count < 0 || content_size > bound) goto decline;
-    Py_ssize_t capacity = content_size >= 0 ? (Py_ssize_t)content_size
-                          : bound < (long long)max_output ? (Py_ssize_t)bound
-                                                          : max_output;
-    if (capacity > max_output) goto decline;
+    if (plan_frame((const uint8_t *)data.buf, data.len, max_output, &plan) < 0) goto decline;
     Py_ssize_t written;
-    char *scratch = capacity <= SCRATCH_BYTES ? scratch_buffer() : NULL;
+    char *scratch = plan.capacity <= SCRATCH_BYTES ? scratch_buffer() : NULL;
     if (scratch != NULL) {
-        written = decode_unlocked(blocks, count, block_bytes, scratch, capacity);
-        if (written < 0 || (content_size >= 0 && written != content_size)) goto decline;
+        written = decode_planned(&plan, scratch);
+        if (written < 0) goto decline;
         result = PyBytes_FromStringAndSize(scratch, written);
         goto done;
     }
-    result = PyBytes_FromStringAndSize(NULL, capacity);
+    result = PyBytes_FromStringAndSize(NULL, plan.capacity);
     if (result == NULL) goto done;
-    written = decode_unlocked(blocks, count, block_bytes, PyBytes_AS_STRING(result), capacity);
-    if (written < 0 || (content_size >= 0 && written != content_size)) {
+    written = decode_planned(&plan, PyBytes_AS_STRING(result));
+    if (written < 0) {
         Py_CLEAR(result);
         goto decline;
     }
-    if (written != capacity) _PyBytes_Resize(&result, written); /* NULL and an error on failure */
+    if (written != plan.capacity) _PyBytes_Resize(&result, written); /* NULL and an error on failure */
     goto done;
 decline:
     result = Py_NewRef(Py_None);
@@ -266,22 +292,13 @@ done:
  * buffer (SCRATCH_BYTES, far below the Python path's bound): the caller then leaves the
  * request to the Python path. Call with the GIL; it is released while large output decodes. */
 Py_ssize_t storagecore_lz4_frame_decode(const uint8_t *data, Py_ssize_t n, const uint8_t **out) {
-    const Py_ssize_t max_output = SCRATCH_BYTES;
     if (lz4_decompress_safe == NULL || !lz4_matches_package) return -1;
-    block_t blocks[256];
-    long long content_size, bound;
-    uint32_t block_bytes;
-    Py_ssize_t count = frame_blocks(data, n, blocks, 256, &content_size, &bound, &block_bytes);
-    if (count < 0 || content_size > bound) return -1;
-    Py_ssize_t capacity = content_size >= 0 ? (Py_ssize_t)content_size
-                          : bound < (long long)max_output ? (Py_ssize_t)bound
-                                                          : max_output;
-    if (capacity > max_output) return -1;
+    frame_plan_t plan;
+    if (plan_frame(data, n, SCRATCH_BYTES, &plan) < 0) return -1;
     char *scratch = scratch_buffer();
     if (scratch == NULL) return -1;
-    Py_ssize_t written = decode_unlocked(blocks, count, block_bytes, scratch, capacity);
-    if (written < 0 || (content_size >= 0 && written != content_size)) return -1;
-    *out = (const uint8_t *)scratch;
+    Py_ssize_t written = decode_planned(&plan, scratch);
+    if (written >= 0) *out = (const uint8_t *)scratch;
     return written;
 }
 

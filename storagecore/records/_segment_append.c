@@ -46,7 +46,6 @@
 static PyObject *s_verify, *s_max_timestamp_entry, *s_next_offset, *s_load_first, *s_last_raw,
     *s_native_target, *s_entry_written, *s_reserve_kw;
 
-#define SLOT(var, name) static slot_attr_t var = {name, NULL, {NULL, NULL}, {-1, -1}};
 SLOT(a_verify_with, "_verify_with")
 SLOT(a_max_timestamp, "_max_timestamp")
 SLOT(a_next_offset_cached, "_next_offset")

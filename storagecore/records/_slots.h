@@ -27,6 +27,9 @@ typedef struct {
     Py_ssize_t offsets[SLOT_TYPES];  /* -1: that type has no writable object slot by this name */
 } slot_attr_t;
 
+/* SLOT(var, "name"): a file-level slot_attr_t for the attribute `name`, nothing known yet. */
+#define SLOT(var, name) static slot_attr_t var = {name, NULL, {NULL, NULL}, {-1, -1}};
+
 static int slot_attr_init(slot_attr_t *a) {
     a->interned = PyUnicode_InternFromString(a->name);
     return a->interned == NULL ? -1 : 0;
