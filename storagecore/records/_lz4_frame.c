@@ -277,7 +277,8 @@ PyObject *storagecore_lz4_frame_decompress(PyObject *self, PyObject *const *args
         Py_CLEAR(result);
         goto decline;
     }
-    if (written != plan.capacity) _PyBytes_Resize(&result, written); /* NULL and an error on failure */
+    /* On failure the resize leaves result NULL with the error set. */
+    if (written != plan.capacity) _PyBytes_Resize(&result, written);
     goto done;
 decline:
     result = Py_NewRef(Py_None);
