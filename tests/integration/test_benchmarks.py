@@ -79,6 +79,8 @@ def test_bench_cleaner_tiny(tmp_path: Path) -> None:
     assert out.count("ours, in-process Cleaner.clean") == 2, out
     assert out.count("ours, process clean --topics") == 2, out
     assert out.count("ours, process clean --config") == 2, out
+    for how in ("--topics", "--config"):
+        assert out.count(f"(the best {how} process, ") == 2, out
     if HAVE_JAVA:
         identical = (
             "filterTo output: yes (in-process), yes (process --topics), yes (process --config)"
