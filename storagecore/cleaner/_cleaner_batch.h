@@ -23,8 +23,10 @@
  * within a round (no deletes, no resize), and the slots on a key's probe path before its own
  * were occupied when it was put and stay so: the filter pass reads the slot and the probe count
  * from here instead of digesting the key again, and takes the same decision, lookup and probe
- * counts as the digest would give. The storage is the part of the map's memory budget that the
- * round's probed prefix leaves unused (storagecore/cleaner/offset_map.py). */
+ * counts as the digest would give; a batch whose offsets' notes all point at later offsets is
+ * dropped without its records being read (superseded_batch). The storage is the part of the
+ * map's memory budget that the round's probed prefix leaves unused
+ * (storagecore/cleaner/offset_map.py). */
 #define POSITION_PROBE_BITS 5
 #define POSITION_PROBES_MAX ((1u << POSITION_PROBE_BITS) - 1)
 #define POSITION_SLOTS_MAX ((Py_ssize_t)(UINT32_MAX >> POSITION_PROBE_BITS) - 1)
@@ -96,6 +98,44 @@ static inline void set_entry_offset(offset_map_t *map, Py_ssize_t position, int6
     v = __builtin_bswap64(v);
 #endif
     memcpy(map->table + position + HASH_BYTES, &v, 8);
+}
+
+/* Make the notes of offsets [from, from + count) unknown for good (see note_position). */
+static void poison_positions(offset_map_t *map, int64_t from, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint32_t *entry = position_entry(map, from + i);
+        if (entry != NULL) *entry = UINT32_MAX;
+    }
+}
+
+/* Whether the records of the batch at b are the offsets base .. base + last offset delta, one
+ * each, every one of them put by this round's map pass with a note (at most latest_offset),
+ * and every note's entry holding a later offset: then filter_batch would keep none of them,
+ * and the filter pass takes the batch without reading its records (the notes of a batch
+ * whose offset deltas are not 0, 1, ..., count - 1 were made unknown by map_batch, and an
+ * offset met twice has none). *probes: the probes of their lookups (filter_batch's counts). */
+static int superseded_batch(const offset_map_t *map, const uint8_t *b, int64_t latest_offset,
+                            unsigned long long *probes) {
+    int64_t base = get64(b + BASE_OFFSET_OFFSET);
+    int32_t count = get32(b + RECORDS_COUNT_OFFSET);
+    int64_t last = base + get32(b + LAST_OFFSET_DELTA_OFFSET);
+    if (count <= 0 || last - base != (int64_t)count - 1 || last > latest_offset) return 0;
+    const uint32_t *notes = position_entry(map, base);
+    if (notes == NULL || position_entry(map, last) == NULL) return 0;
+    for (int32_t i = 0; i < count; i++) {
+        uint32_t noted = notes[i];
+        if (noted == 0 || noted == UINT32_MAX) return 0;
+        __builtin_prefetch(map->table + ((noted >> POSITION_PROBE_BITS) - 1) * ENTRY_BYTES +
+                           HASH_BYTES);
+    }
+    unsigned long long taken = 0;
+    for (int32_t i = 0; i < count; i++) {
+        Py_ssize_t position = (Py_ssize_t)((notes[i] >> POSITION_PROBE_BITS) - 1) * ENTRY_BYTES;
+        if (entry_offset(map, position) <= base + i) return 0; /* the latest of its key: kept */
+        taken += notes[i] & POSITION_PROBES_MAX;
+    }
+    *probes = taken;
+    return 1;
 }
 
 /* The probes of one lookup from the byte position of the digest's first slot (slot_of(digest,
@@ -389,6 +429,14 @@ static int map_batch(offset_map_t *map, sip_key_t key, const batch_view_t *view,
     }
     map->lookups += (unsigned long long)k; /* the records looked up */
     map->probes += probes;
+    if (map->positions != NULL) {
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (records[i].offset_delta != i) { /* never a producer's: see superseded_batch */
+                poison_positions(map, view->info.base_offset, count);
+                break;
+            }
+        }
+    }
     p->size = size;
     p->puts += puts;
     p->last_put = last_put;
@@ -416,8 +464,8 @@ typedef struct {
 static void frame_batch(uint8_t *out, const batch_view_t *view, const filtered_t *f,
                         Py_ssize_t size) {
     memcpy(out, view->batch, RECORD_BATCH_OVERHEAD);
-    int attributes = view->attributes &
-                     (CODEC_MASK | TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK);
+    int attributes = view->attributes & (CODEC_MASK | TIMESTAMP_TYPE_MASK |
+                                         TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK);
     if (view->has_horizon || f->set_horizon) attributes |= DELETE_HORIZON_FLAG_MASK;
     put32(out + LENGTH_OFFSET, (uint32_t)(size - LOG_OVERHEAD));
     put16(out + ATTRIBUTES_OFFSET, (uint16_t)attributes);

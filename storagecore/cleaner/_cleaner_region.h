@@ -1,6 +1,7 @@
 /* What the cleaner's region calls (storagecore/cleaner/_native.c) share about one batch of a
  * region: the caller's codecs, by codec id, called with the GIL taken back; whether a batch is
- * plain (the engine's to take) and its view, its records decompressed when it is compressed.
+ * plain (the engine's to take) and its view, its records decompressed when it is compressed;
+ * whether a batch whose records are all dropped must stay as an empty batch.
  * Included by storagecore/cleaner/_native.c only, which documents the contract with the
  * Python reference.
  */
@@ -97,6 +98,30 @@ static int view_region_batch(PyThreadState **save, const codecs_t *codecs, const
     if (*held == NULL) return -1;
     view_batch(b, size, (const uint8_t *)PyBytes_AS_STRING(*held), PyBytes_GET_SIZE(*held), view);
     return 0;
+}
+
+/* The last data offset of producer pid in producers (int64 pairs (pid, last data offset) in
+ * native byte order, sorted by pid), or -1. */
+static int64_t producer_last_offset(const int64_t *producers, Py_ssize_t n, int64_t pid) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (producers[2 * mid] < pid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < n && producers[2 * lo] == pid ? producers[2 * lo + 1] : -1;
+}
+
+/* Whether a batch whose records are all dropped stays as an empty batch (the per-batch path
+ * writes it): the one just below upper_bound, or the last batch of its producer. */
+static int retains_empty(int64_t batch_last, int64_t producer_id, int64_t upper_bound,
+                         const int64_t *pairs, Py_ssize_t producer_count) {
+    return batch_last + 1 == upper_bound ||
+           (producer_id >= 0 &&
+            producer_last_offset(pairs, producer_count, producer_id) == batch_last);
 }
 
 #endif

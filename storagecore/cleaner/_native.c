@@ -3,8 +3,9 @@
  * The reference is pure Python: storagecore/cleaner/offset_map.py (the map and its SipHash-1-3
  * key digests, storagecore/cleaner/siphash.py) and storagecore/cleaner/cleaner.py
  * (Cleaner.build_offset_map and Cleaner._filter_batch, which decode every record with
- * storagecore.records.batch and rebuild with storagecore.records.memory_records_builder). The functions here take over only what that reference would do
- * without raising, and produce the same map contents, the same decisions and the same bytes:
+ * storagecore.records.batch and rebuild with storagecore.records.memory_records_builder). The
+ * functions here take over only what that reference would do without raising, and produce the
+ * same map contents, the same decisions and the same bytes:
  *
  * - map_region / filter_region walk a region of a segment (many batches, one call) and take
  *   every leading batch that is complete, valid (length, magic, CRC-32C, counts, record
@@ -141,21 +142,6 @@ done:
     return result;
 }
 
-/* The last data offset of producer pid in producers (int64 pairs (pid, last data offset) in
- * native byte order, sorted by pid), or -1. */
-static int64_t producer_last_offset(const int64_t *producers, Py_ssize_t n, int64_t pid) {
-    Py_ssize_t lo = 0, hi = n;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (producers[2 * mid] < pid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo < n && producers[2 * lo] == pid ? producers[2 * lo + 1] : -1;
-}
-
 /* Prefetch the cache lines of p[0..size). */
 static inline void prefetch_bytes(const uint8_t *p, Py_ssize_t size) {
     for (Py_ssize_t at = 0; at < size; at += 64) __builtin_prefetch(p + at);
@@ -182,7 +168,7 @@ static int out_reserve(out_t *o, size_t more) {
  *               upper_bound, producers, decompressors, compressors, chunk, positions,
  *               positions_start, checked)
  *   -> (output, chunks, chunk, consumed, batches, messages_read, messages_written, invalid,
- *       verbatim, rebuilt, next_horizon_ms, stop, lookups, probes, last_offset)
+ *       verbatim, rebuilt, next_horizon_ms, stop, lookups, probes, last_offset, unread)
  *
  * Cleaner._filter_batch over the leading plain batches of region: output is what the
  * reference would append, batch by batch, cut into the chunks the caller appends to the
@@ -194,15 +180,17 @@ static int out_reserve(out_t *o, size_t more) {
  * timestamp and the offset of the batch that first reached it (-1: none yet). chunks holds,
  * per chunk completed inside output, int64 quads (end position in output, last offset, max
  * timestamp, offset of max timestamp) in native byte order; the returned chunk is the state
- * after output, whose bytes after the last quad's end are pending. next_horizon_ms is the earliest delete horizon of a kept tombstone
- * (None when none). decompressors and compressors: None (compressed batches are not plain) or,
+ * after output, whose bytes after the last quad's end are pending. next_horizon_ms is the
+ * earliest delete horizon of a kept tombstone (None when none). decompressors and compressors: None (compressed batches are not plain) or,
  * by codec id, the callables the reference decompresses a batch's records and compresses a
  * rebuilt batch's kept records with. stop is STOP_END or STOP_BATCH as for map_region; a batch
  * whose records are all dropped but which must stay as an empty batch (the last batch of a
  * producer, or the one just below upper_bound) is left to the per-batch path. checked: how many
  * bytes from the start of region the map pass's map_region took (of the same sealed segment,
  * so the same bytes: their CRCs and records passed its checks); a batch within them is not
- * checked again (plain_batch, reparse_records). */
+ * checked again (plain_batch, reparse_records); unread counts the batches among them whose
+ * records were all dropped for later ones, which the notes of the map pass showed without
+ * their records being read (superseded_batch). */
 static PyObject *filter_region(PyObject *self, PyObject *args) {
     Py_buffer table, secret, region, producers, positions;
     Py_ssize_t slots, checked;
@@ -237,7 +225,7 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
     const int64_t *pairs = (const int64_t *)producers.buf;
     Py_ssize_t producer_count = producers.len / 16;
     Py_ssize_t pos = 0, batches = 0, read = 0, written = 0, invalid = 0, verbatim = 0;
-    Py_ssize_t rebuilt = 0;
+    Py_ssize_t rebuilt = 0, unread = 0;
     int64_t next_horizon = INT64_MAX, last_offset = -1;
     int stop = STOP_END, oom = 0, raised = 0;
     const uint8_t *base = (const uint8_t *)region.buf;
@@ -248,6 +236,24 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
         if (batch_size <= 0) {
             stop = batch_size == 0 ? STOP_END : STOP_BATCH;
             break;
+        }
+        int64_t batch_last = get64(b + BASE_OFFSET_OFFSET) + get32(b + LAST_OFFSET_DELTA_OFFSET);
+        unsigned long long skipped_probes;
+        if (pos + batch_size <= checked &&
+            !retains_empty(batch_last, get64(b + PRODUCER_ID_OFFSET), upper_bound, pairs,
+                           producer_count) &&
+            superseded_batch(&map, b, latest_offset, &skipped_probes)) {
+            /* Every record dropped for a later one (the notes say so): as filter_batch would
+             * decide, without reading the records. */
+            Py_ssize_t count = get32(b + RECORDS_COUNT_OFFSET);
+            map.lookups += (unsigned long long)count;
+            map.probes += skipped_probes;
+            read += count;
+            last_offset = batch_last;
+            pos += batch_size;
+            batches++;
+            unread++;
+            continue;
         }
         if (pos + batch_size <= checked) {
             /* No CRC streams through the next batch before its records are read here (a few
@@ -286,13 +292,8 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
             stop = STOP_BATCH;
             break;
         }
-        int64_t batch_last = view.info.base_offset + view.last_offset_delta;
         if (f.kept == 0) {
-            int retain_empty = batch_last + 1 == upper_bound ||
-                               (view.producer_id >= 0 &&
-                                producer_last_offset(pairs, producer_count, view.producer_id) ==
-                                    batch_last);
-            if (retain_empty) {
+            if (retains_empty(batch_last, view.producer_id, upper_bound, pairs, producer_count)) {
                 map.lookups = lookups;
                 map.probes = probes;
                 stop = STOP_BATCH;
@@ -376,10 +377,10 @@ static PyObject *filter_region(PyObject *self, PyObject *args) {
     PyObject *horizon = next_horizon == INT64_MAX ? Py_NewRef(Py_None)
                                                   : PyLong_FromLongLong(next_horizon);
     if (output != NULL && chunks != NULL && horizon != NULL) {
-        result = Py_BuildValue("OO(LLLLL)nnnnnnnOiKKL", output, chunks, flush_bytes, pending,
+        result = Py_BuildValue("OO(LLLLL)nnnnnnnOiKKLn", output, chunks, flush_bytes, pending,
                                chunk_last, chunk_max, chunk_of_max, pos, batches, read, written,
                                invalid, verbatim, rebuilt, horizon, stop, map.lookups,
-                               map.probes, (long long)last_offset);
+                               map.probes, (long long)last_offset, unread);
     }
     Py_XDECREF(output);
     Py_XDECREF(chunks);

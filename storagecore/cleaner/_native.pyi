@@ -97,6 +97,7 @@ def filter_region(
     int,
     int,
     int,
+    int,
 ]: ...
 def put_keys(
     table: Buffer,

@@ -52,6 +52,7 @@ from storagecore.cleaner.throttler import Throttler
 from storagecore.cleaner.transactions import CleanedTransactionMetadata
 from storagecore.config import CleanerConfig, LogConfig, TopicPartition
 from storagecore.durability import WriteBehind
+from storagecore.errors import CorruptRecordError
 from storagecore.log import Log
 from storagecore.records.batch import Buffer, Record, RecordBatch
 from storagecore.records.codecs import Compression
@@ -481,11 +482,14 @@ class Cleaner:
             stats.batches_rebuilt += 1
             return
         else:
-            rebuilt = rebuild_batch(
-                batch,
-                kept,
-                delete_horizon_ms=horizon_ms if set_horizon else batch.delete_horizon_ms,
-            )
+            try:
+                rebuilt = rebuild_batch(
+                    batch,
+                    kept,
+                    delete_horizon_ms=horizon_ms if set_horizon else batch.delete_horizon_ms,
+                )
+            except ValueError as exc:  # offset deltas no batch can carry: a corrupt batch
+                raise CorruptRecordError(f"batch at offset {batch.base_offset}: {exc}") from exc
         output.add(rebuilt, last_offset, RecordBatch(rebuilt).max_timestamp)
         stats.messages_written += kept_count
         stats.batches_rebuilt += 1

@@ -182,6 +182,9 @@ class SkimpyOffsetMap:
         self.latest_offset = -1
         self.lookups = 0
         self.probes = 0
+        #: This round's batches that filter_region took without reading their records: all
+        #: dropped for later ones, as the map pass's notes showed (C engine only).
+        self.unread_batches = 0
         # A new secret per round: what collided under the last one (by chance) does not again.
         self.secret = self._fixed_secret if self._fixed_secret is not None else new_secret()
 
@@ -431,13 +434,14 @@ class SkimpyOffsetMap:
         if self._native is None:
             return None
         (output, chunks, after, consumed, batches, read, written, invalid, verbatim, rebuilt,
-         horizon, stop, lookups, probes, last_offset) = self._native.filter_region(
+         horizon, stop, lookups, probes, last_offset, unread) = self._native.filter_region(
             self._probed, self.slots, self.latest_offset, self.secret, region, now_ms,
             new_horizon_ms, upper_bound, producers, DECOMPRESSORS, COMPRESSORS, chunk,
             self._positions, self._positions_start, checked_bytes,
         )  # fmt: skip
         self.lookups += lookups
         self.probes += probes
+        self.unread_batches += unread
         return FilteredRegion(
             output, chunks, OutputChunk(*after), consumed, batches, read, written, invalid,
             verbatim, rebuilt, horizon, RegionStop(stop), last_offset,
@@ -460,7 +464,9 @@ class SkimpyOffsetMap:
         prefix (the standard log: 8 MB more), :meth:`map_region` notes there where it put each
         record's key, and :meth:`filter_region` reads the key's slot from the note instead of
         digesting the key again (same decisions and counters; the standard log's clean under
-        callgrind: 1,162 -> 998 instructions per record). Memory use stays within the
+        callgrind: 1,162 -> 998 instructions per record), and takes a batch whose records the
+        notes show all superseded without reading its records (:attr:`unread_batches`; the
+        standard log's filter pass: 90-120 -> 54-71 ms). Memory use stays within the
         budget."""
         # The pages go back to the kernel and read as zeros again (a private anonymous
         # mapping): no table-sized memset, and the map's resident memory is what it used.
@@ -485,6 +491,7 @@ class SkimpyOffsetMap:
         self.latest_offset = -1
         self.lookups = 0
         self.probes = 0
+        self.unread_batches = 0
         # A new secret per round: what collided under the last one (by chance) does not again.
         self.secret = self._fixed_secret if self._fixed_secret is not None else new_secret()
 
