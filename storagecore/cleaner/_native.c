@@ -183,12 +183,13 @@ static int out_reserve(out_t *o, size_t more) {
  * after output, whose bytes after the last quad's end are pending. next_horizon_ms is the
  * earliest delete horizon of a kept tombstone (None when none). decompressors and
  * compressors: None (compressed batches are not plain) or, by codec id, the callables the
- * reference decompresses a batch's records and compresses a rebuilt batch's kept records with. stop is STOP_END or STOP_BATCH as for map_region; a batch
- * whose records are all dropped but which must stay as an empty batch (the last batch of a
- * producer, or the one just below upper_bound) is left to the per-batch path. checked: how many
- * bytes from the start of region the map pass's map_region took (of the same sealed segment,
- * so the same bytes: their CRCs and records passed its checks); a batch within them is not
- * checked again (plain_batch, reparse_records); unread counts the batches among them whose
+ * reference decompresses a batch's records and compresses a rebuilt batch's kept records with.
+ * stop is STOP_END or STOP_BATCH as for map_region; a batch whose records are all dropped but
+ * which must stay as an empty batch (the last batch of a producer, or the one just below
+ * upper_bound) is left to the per-batch path. checked: how many bytes from the start of
+ * region the map pass's map_region took (of the same sealed segment, so the same bytes: their
+ * CRCs and records passed its checks); a batch within them is not checked again
+ * (plain_batch, reparse_records); unread counts the batches among them whose
  * records were all dropped for later ones, which the notes of the map pass showed without
  * their records being read (superseded_batch). */
 static PyObject *filter_region(PyObject *self, PyObject *args) {
