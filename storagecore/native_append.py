@@ -34,19 +34,19 @@ from storagecore.clock import SystemClock
 from storagecore.config import LogConfig
 from storagecore.log_info import LogAppendInfo
 from storagecore.log_validator import native_append_applies
-from storagecore.records.scan import AppendToSegment, WriteToSegment
+from storagecore.records.scan import AppendToSegment, NativeSettings, WriteToSegment
 from storagecore.records.scan import append_active as _native_active
 from storagecore.records.scan import append_active_setup as _native_active_setup
 from storagecore.records.scan import append_to_segment as _native
 from storagecore.records.scan import write_to_segment as _native_write
 
-NativeAppendSettings = tuple[int, int, bool, int, int, int, bool]
+NativeAppendSettings = NativeSettings
 """segment.bytes, segment.ms, whether the topic is compacted, max.message.bytes,
 message.timestamp.before.max.ms, message.timestamp.after.max.ms, and whether lz4 batches may be
-validated natively too: what the native call reads of the config, in its order. They may when the
-topic keeps the producer's compression (no recompression), and then are once the extension's LZ4
-decoder is known to be the one the Python path uses (storagecore.records.codecs.
-native_lz4_frames, which the first lz4 batch asks: no lz4 import before one)."""
+validated natively too: what the native call reads of the config, in its order. They may when
+the topic keeps the producer's compression (no recompression), and then are once
+storagecore.records.codecs has found the extension's LZ4 decoder to be the one the Python path
+uses (it tells the extension on the first lz4 batch it decodes: no lz4 import before one)."""
 
 #: The native calls, None without the extension (read per append: tests turn them off).
 append_to_segment: AppendToSegment | None = _native

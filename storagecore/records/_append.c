@@ -40,8 +40,8 @@
  * A request the validation does not take (another compressed batch, an lz4 frame the decoder
  * declines, any check of storagecore.log_validator failing) gives None: nothing is changed, and
  * the decision (and the error message) is left to the Python reference, which is the
- * specification. The topic must use CreateTime. Field positions are those of storagecore/records/layout.py; test_native.py checks
- * the exported copies.
+ * specification. The topic must use CreateTime. Field positions are those of
+ * storagecore/records/layout.py; test_native.py checks the exported copies.
  */
 /* CRC-32C of base[start:end]: _layout.h's three-stream loop, the one storagecore.records.crc
  * exposes (a call through Python cost ~3 600 instructions a batch). */

@@ -1,9 +1,10 @@
 /* Native speed-ups of storagecore.records: the record scan and, compiled into this module too,
  * the append fast path (_append.c, validate_uncompressed; _segment_append.c, append_to_segment:
- * the active segment's append in one call), the columnar decoder (_columns.c, decode_columns), the producer walk of a region or a file (_headers.c,
- * producer_batches, producer_batches_file), the legacy v0/v1 message-set reader (_legacy.c,
- * decode_legacy_set), the read by offset of a segment (_fetch.c, read_by_offset) and the LZ4
- * frames of batches (_lz4_frame.c, lz4_frame_decompress).
+ * the active segment's append in one call), the columnar decoder (_columns.c, decode_columns),
+ * the producer walk of a region or a file (_headers.c, producer_batches, producer_batches_file),
+ * the legacy v0/v1 message-set reader (_legacy.c, decode_legacy_set), the read by offset of a
+ * segment (_fetch.c, read_by_offset) and the LZ4 frames of batches (_lz4_frame.c,
+ * lz4_frame_decompress).
  *
  * The scan walks the records of an uncompressed batch payload without building objects: checks
  * framing (length varints, field lengths, header keys, nothing left over) with _walker.h's
@@ -126,7 +127,8 @@ static PyObject *crc32c_of(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"crc32c", crc32c_of, METH_O, "crc32c(data) -> CRC-32C of a bytes-like object."},
     {"scan_records", scan_records, METH_VARARGS,
-     "scan_records(payload, count, base_timestamp) -> (problem, max_ts, min_ts, null_keys, sequential)"},
+     "scan_records(payload, count, base_timestamp) -> "
+     "(problem, max_ts, min_ts, null_keys, sequential)"},
     {"validate_uncompressed", storagecore_validate_uncompressed, METH_VARARGS,
      "Whole-request validation of uncompressed batches; None means: use the Python path."},
     {"append_to_segment", (PyCFunction)(void (*)(void))storagecore_append_to_segment,

@@ -6,11 +6,11 @@
  *   Kafka's LogValidator, FileRecords.append and LogSegment.append with its index entries, for a
  *   request of uncompressed (or, the settings allowing it, lz4) batches without producer ids
  *   that fits the active `segment` (storagecore.segment.LogSegment, whose files the caller
- *   pinned: `fd` is its .log's
- *   descriptor) without a roll. `settings` is storagecore.native_append.native_append_settings's
- *   tuple: (segment_bytes, max_segment_ms, compact, max_message_bytes,
- *   message_timestamp_before_max_ms, message_timestamp_after_max_ms, lz4), lz4 true when lz4
- *   batches may be validated here too (see storagecore.native_append).
+ *   pinned: `fd` is its .log's descriptor) without a roll. `settings` is
+ *   storagecore.native_append.native_append_settings's tuple: (segment_bytes, max_segment_ms,
+ *   compact, max_message_bytes, message_timestamp_before_max_ms,
+ *   message_timestamp_after_max_ms, lz4), lz4 true when lz4 batches may be validated here too
+ *   (see storagecore.native_append).
  *
  *   The segment's state is read from, and written back to, its Python objects (the segment, its
  *   FileRecords and its two indexes stay the only holders of it), with the rules of the Python

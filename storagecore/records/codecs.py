@@ -112,13 +112,6 @@ def _native_lz4() -> _Lz4FrameDecompress | None:
     return decompress
 
 
-def native_lz4_frames() -> bool:
-    """Whether lz4 batches are decoded by the extension's LZ4 decoder (:func:`_native_lz4`,
-    imports ``lz4`` on first use): then the native append validates them too, with the same
-    decoder."""
-    return _native_lz4() is not None
-
-
 @functools.cache
 def _zstandard() -> ModuleType:
     """``zstandard``, imported on first use (see :func:`_lz4_frame`)."""

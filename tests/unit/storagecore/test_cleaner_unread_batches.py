@@ -7,6 +7,7 @@ that must stay as an empty batch)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,10 @@ CONFIG = LogConfig(cleanup_policy=("compact",))
 
 
 def clean_both_ways(
-    tmp_path: Path, write: object
+    tmp_path: Path, write: Callable[[Log], None]
 ) -> list[tuple[Log, SkimpyOffsetMap, CleanerStats | Exception]]:
     """The log ``write(log)`` leaves, cleaned once by the C engine (with notes) and once by the
     reference: (log, map, stats or the error the round raised) for each."""
-    assert callable(write)
     cleaned: list[tuple[Log, SkimpyOffsetMap, CleanerStats | Exception]] = []
     for name, native in (("native", True), ("python", False)):
         log = Log.open(tmp_path / name / "t-0", CONFIG, ManualClock(START_MS))

@@ -33,7 +33,7 @@ from storagecore.log import Log
 from storagecore.log_info import LogAppendInfo
 from storagecore.log_validator import AppendOrigin
 from storagecore.producer_state import ProducerStateManager
-from storagecore.records.codecs import native_lz4_frames
+from storagecore.records import codecs
 from storagecore.segment import LogSegment
 from tests.conftest import START_MS, batch, records
 
@@ -65,7 +65,7 @@ def test_a_plain_request_is_appended_in_one_call(tmp_path: Path, clock: ManualCl
 
 
 def test_lz4_batches_are_appended_in_one_call_too(tmp_path: Path, clock: ManualClock) -> None:
-    if not native_lz4_frames():
+    if codecs._native_lz4() is None:  # also tells the extension its decoder may serve
         pytest.skip("the extension's LZ4 decoder is not the lz4 package's")
     with LogManager([tmp_path], clock=clock) as manager:
         log = _log(manager)
